@@ -1,0 +1,48 @@
+# Everything a fresh machine needs: `make run` and `make test` set up the venv, the pinned
+# packages and the dataset on their own.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+FASHION_MNIST_DIR := .cache/fashion-mnist
+DATASET_STAMP := $(FASHION_MNIST_DIR)/.verified
+PYTEST_ARGS ?=
+
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: setup dataset run test lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+dataset: $(DATASET_STAMP)
+
+$(DATASET_STAMP): preprocess/sources/fashion_mnist.sha256 preprocess/sources/fetch_fashion_mnist.sh
+	bash preprocess/sources/fetch_fashion_mnist.sh $(FASHION_MNIST_DIR)
+	touch $@
+
+run: setup dataset
+	$(BIN)/luigi --module pipeline FullRun --local-scheduler
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy contract pipeline preprocess train evaluate
+
+test: setup dataset lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup dataset
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .cache runs

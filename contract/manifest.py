@@ -1,0 +1,143 @@
+"""The shard-set manifest: its schema, reading it with clear errors, and verifying files against it.
+
+Schema (version 1), written last by the preprocess stage as `<data dir>/manifest.json`:
+
+    {
+      "schema_version": 1,
+      "dataset": {"name": str, "version": str, "train_split": str, "eval_split": str},
+      "parameters": {...the preprocess parameters...},
+      "num_workers": int,
+      "image_shape": [H, W, C],
+      "num_classes": int,
+      "class_names": [str, ...],
+      "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index"},
+      "splits": {
+        "train": {"num_examples": int, "examples_per_worker": int, "leftover_examples": int},
+        "validation": {"num_examples": int},
+        "eval": {"num_examples": int}
+      },
+      "files": [{"path": str (relative), "split": str, "worker": int | null,
+                 "num_examples": int, "sha256": str, "size_bytes": int}, ...],
+      "code_version": str,
+      "created_utc": str
+    }
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from contract import atomic, layout
+
+SCHEMA_VERSION = 1
+REQUIRED_KEYS = (
+    "schema_version",
+    "dataset",
+    "num_workers",
+    "image_shape",
+    "num_classes",
+    "class_names",
+    "splits",
+    "files",
+)
+
+
+class ManifestError(Exception):
+    """A shard set does not match its manifest, or the manifest itself is missing or malformed."""
+
+
+def read_manifest(data_dir: str) -> dict[str, Any]:
+    """Reads and checks the manifest of a shard set.
+
+    Raises:
+        ManifestError: the manifest is missing, not JSON, or lacks a required key.
+    """
+    path = layout.join(data_dir, layout.MANIFEST_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ManifestError(f"manifest not found: {path} (run the preprocess stage first)")
+    try:
+        manifest = atomic.read_json(path)
+    except ValueError as e:
+        raise ManifestError(f"manifest is not valid JSON: {path} ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"manifest is not a JSON object: {path}")
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise ManifestError(f"manifest {path} lacks required keys: {', '.join(missing)}")
+    if manifest["schema_version"] != SCHEMA_VERSION:
+        raise ManifestError(
+            f"manifest {path} has schema_version {manifest['schema_version']}, "
+            f"this code reads {SCHEMA_VERSION}: rerun the preprocess stage"
+        )
+    return manifest
+
+
+def file_entries(
+    manifest: dict[str, Any], split: str, worker: int | None = None
+) -> list[dict[str, Any]]:
+    """The manifest's file entries of one split (and one worker, for train), in name order."""
+    entries = [f for f in manifest["files"] if f["split"] == split]
+    if worker is not None:
+        entries = [f for f in entries if f["worker"] == worker]
+    return sorted(entries, key=lambda f: f["path"])
+
+
+def shard_paths_for_worker(data_dir: str, manifest: dict[str, Any], worker: int) -> list[str]:
+    """Absolute paths of the train files assigned to one worker.
+
+    Raises:
+        ManifestError: the worker index is outside the shard set.
+    """
+    num_workers = manifest["num_workers"]
+    if not 0 <= worker < num_workers:
+        raise ManifestError(f"worker {worker} does not exist in a shard set of {num_workers}")
+    return [
+        layout.join(data_dir, f["path"])
+        for f in file_entries(manifest, layout.TRAIN_SPLIT, worker)
+    ]
+
+
+def split_paths(data_dir: str, manifest: dict[str, Any], split: str) -> list[str]:
+    """Absolute paths of every file of a split."""
+    return [layout.join(data_dir, f["path"]) for f in file_entries(manifest, split)]
+
+
+def verify(
+    data_dir: str, split: str | None = None, worker: int | None = None
+) -> dict[str, Any]:
+    """Re-checks files against the manifest: existence, size and sha256.
+
+    Args:
+        data_dir: the shard set's folder.
+        split: only this split's files (all splits when None).
+        worker: only this worker's train files (with split 'train').
+
+    Returns:
+        The manifest, once every selected file matched.
+
+    Raises:
+        ManifestError: naming the first file that is missing or whose checksum differs.
+    """
+    manifest = read_manifest(data_dir)
+    entries = sorted(manifest["files"], key=lambda f: f["path"])
+    if split is not None:
+        entries = file_entries(manifest, split, worker)
+    for entry in entries:
+        path = layout.join(data_dir, entry["path"])
+        if not tf.io.gfile.exists(path):
+            raise ManifestError(f"shard file missing: {path}")
+        size = tf.io.gfile.stat(path).length
+        if size != entry["size_bytes"]:
+            raise ManifestError(
+                f"shard file size mismatch: {path} has {size} bytes, "
+                f"manifest says {entry['size_bytes']}"
+            )
+        digest = atomic.sha256_file(path)
+        if digest != entry["sha256"]:
+            raise ManifestError(
+                f"shard file checksum mismatch: {path} (sha256 {digest}, "
+                f"manifest says {entry['sha256']})"
+            )
+    return manifest

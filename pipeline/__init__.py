@@ -1,0 +1,1 @@
+"""Luigi tasks of the nightly pipeline: `luigi --module pipeline FullRun --local-scheduler`."""

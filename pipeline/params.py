@@ -1,0 +1,52 @@
+"""Parameters every stage's task shares; their values come from luigi.cfg's [Preprocess] section.
+
+Train and Evaluate must agree with the shard set they read, so their shared parameters fall
+back to [Preprocess] (luigi's `config_path`) instead of repeating the values per section.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import luigi
+
+
+def _from_preprocess(name: str) -> dict[str, str]:
+    return {"section": "Preprocess", "name": name}
+
+
+class RunTask(luigi.Task):
+    """Base of the stage tasks: the run's date, where it writes, the dataset and worker count."""
+
+    date = luigi.DateParameter(
+        default=datetime.date.today(),
+        description="The run's date; outputs go under <output_root>/<date>/.",
+    )
+    output_root = luigi.Parameter(
+        default="runs",
+        config_path=_from_preprocess("output_root"),
+        description="Folder (local path or gs:// URL) holding one subfolder per run date.",
+    )
+    dataset = luigi.Parameter(
+        default="fashion_mnist",
+        config_path=_from_preprocess("dataset"),
+        description="TFDS image-classification dataset name (an image and a class label).",
+    )
+    num_workers = luigi.IntParameter(
+        default=2,
+        config_path=_from_preprocess("num_workers"),
+        description="Number of training workers; the shard set is cut into this many parts.",
+    )
+
+    def shared_params(self) -> dict:
+        """The shared parameter values, to pass on to the task this one requires."""
+        return {
+            "date": self.date,
+            "output_root": self.output_root,
+            "dataset": self.dataset,
+            "num_workers": self.num_workers,
+        }
+
+    @property
+    def date_str(self) -> str:
+        return self.date.isoformat()

@@ -1,0 +1,5 @@
+"""Lets Beam's --setup_file ship this project's code to remote workers (metadata is in pyproject)."""
+
+from setuptools import setup
+
+setup()
