@@ -1,4 +1,4 @@
-"""Lets Beam's --setup_file ship this project's code to remote workers (metadata is in pyproject)."""
+"""Lets Beam's --setup_file ship this project's code to remote workers (metadata: pyproject)."""
 
 from setuptools import setup
 

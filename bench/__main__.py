@@ -26,7 +26,8 @@ def machine_line() -> str:
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| benchmark | candidate | baseline | candidate value | baseline value | ratio | target | met |",
+        "| benchmark | candidate | baseline | candidate value | baseline value "
+        "| ratio | target | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [r.markdown_row() for r in results]

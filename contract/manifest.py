@@ -94,8 +94,7 @@ def shard_paths_for_worker(data_dir: str, manifest: dict[str, Any], worker: int)
     if not 0 <= worker < num_workers:
         raise ManifestError(f"worker {worker} does not exist in a shard set of {num_workers}")
     return [
-        layout.join(data_dir, f["path"])
-        for f in file_entries(manifest, layout.TRAIN_SPLIT, worker)
+        layout.join(data_dir, f["path"]) for f in file_entries(manifest, layout.TRAIN_SPLIT, worker)
     ]
 
 
@@ -104,9 +103,7 @@ def split_paths(data_dir: str, manifest: dict[str, Any], split: str) -> list[str
     return [layout.join(data_dir, f["path"]) for f in file_entries(manifest, split)]
 
 
-def verify(
-    data_dir: str, split: str | None = None, worker: int | None = None
-) -> dict[str, Any]:
+def verify(data_dir: str, split: str | None = None, worker: int | None = None) -> dict[str, Any]:
     """Re-checks files against the manifest: existence, size and sha256.
 
     Args:
