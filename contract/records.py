@@ -15,7 +15,10 @@ def encode_example(image: np.ndarray, label: int) -> bytes:
         IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
         LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    # Map fields serialise in a per-process order unless asked to be deterministic, and the
+    # shard files must be byte-identical across runs and worker processes.
+    return example.SerializeToString(deterministic=True)
 
 
 def feature_spec() -> dict[str, tf.io.FixedLenFeature]:

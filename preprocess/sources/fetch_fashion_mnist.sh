@@ -9,7 +9,7 @@ sums="$here/fashion_mnist.sha256"
 system_dir=/usr/share/datasets/fashion-mnist
 
 mkdir -p "$dest"
-if (cd "$dest" && sha256sum --quiet -c "$sums") 2>/dev/null; then
+if (cd "$dest" && sha256sum --quiet -c "$sums") >/dev/null 2>&1; then
   exit 0
 fi
 if [ -f "$system_dir/train-images-idx3-ubyte.gz" ]; then

@@ -1,0 +1,179 @@
+"""`run(config)`: evaluate the chief's final model on the whole eval split and bless it or not.
+
+Writes into `<output_root>/<date>/evaluate/`: the pictures, report.md, blessing.json and, last
+and atomically, metrics.json (the stage's completion marker). A blessed run also moves the
+`<output_root>/latest.json` pointer to its model.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from contract import atomic, layout, manifest
+from evaluate import blessing, data, plots, report, scoring
+from evaluate.config import EvaluateConfig
+
+logger = logging.getLogger(__name__)
+
+# What the metrics keep of the train stage's history.json (the curves go into the picture).
+TRAINING_SUMMARY_KEYS = (
+    "epochs_completed",
+    "stopped_early",
+    "best_epoch",
+    "steps_trained_total",
+    "num_workers",
+    "global_batch_size",
+    "model",
+)
+
+
+class TrainOutputError(Exception):
+    """The train stage's model or history is missing or unreadable."""
+
+
+def read_history(path: str) -> dict[str, Any]:
+    """Reads the train stage's history.json (written last, so its presence means train is done).
+
+    Raises:
+        TrainOutputError: the file is missing or lacks the per-epoch `history` object.
+    """
+    if not tf.io.gfile.exists(path):
+        raise TrainOutputError(f"training history not found: {path} (run the train stage first)")
+    doc = atomic.read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("history"), dict):
+        raise TrainOutputError(f"{path} has no 'history' object; rerun the train stage")
+    return doc
+
+
+def load_model(path: str) -> tf_keras.Model:
+    """Loads the chief's final model for inference only (the loss is computed here).
+
+    Raises:
+        TrainOutputError: the model file is missing.
+    """
+    if not tf.io.gfile.exists(path):
+        raise TrainOutputError(f"model not found: {path} (run the train stage first)")
+    return tf_keras.models.load_model(path, compile=False)
+
+
+def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any]:
+    """Scores the model on the whole eval split and checks the example count.
+
+    Raises:
+        data.EvalSplitError: fewer or more examples were read than the manifest declares.
+    """
+    expected = data.expected_eval_count(doc)
+    model = load_model(config.model_path)
+    started = time.perf_counter()
+    labels, probabilities = scoring.predict_split(
+        model, data.eval_dataset(config.data_dir, doc, config.batch_size)
+    )
+    seconds = time.perf_counter() - started
+    if labels.shape[0] != expected:
+        raise data.EvalSplitError(
+            f"read {labels.shape[0]} eval examples but the manifest declares {expected} "
+            f"(splits.eval.num_examples in {config.data_dir}); rerun the preprocess stage"
+        )
+    metrics = scoring.score(labels, probabilities, list(doc["class_names"]))
+    logger.info(
+        "evaluated %d examples in %.1f s: accuracy %.4f, loss %.4f",
+        expected,
+        seconds,
+        metrics["accuracy"],
+        metrics["loss"],
+    )
+    return metrics
+
+
+def _absolute(path: str) -> str:
+    """Local paths made absolute, so the pointer means the same from any folder; URLs as is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def run(config: EvaluateConfig) -> dict[str, Any]:
+    """Evaluates one run's model, writes the report and blessing, and moves `latest` if blessed.
+
+    Returns:
+        The metrics document, as written to metrics.json.
+
+    Raises:
+        manifest.ManifestError: the eval split does not match its manifest.
+        data.EvalSplitError: the eval split's size is not what the manifest declares.
+        TrainOutputError: the train stage's model or history is missing.
+        ValueError: the manifest names another dataset than `config.dataset`.
+    """
+    doc = manifest.verify(config.data_dir, split=layout.EVAL_SPLIT)
+    if doc["dataset"]["name"] != config.dataset:
+        raise ValueError(
+            f"the shard set in {config.data_dir} is {doc['dataset']['name']!r}, "
+            f"not {config.dataset!r}: pass --dataset {doc['dataset']['name']} or rerun preprocess"
+        )
+    history = read_history(config.history_path)
+    metrics = evaluate_split(config, doc)
+    metrics.update(
+        {
+            "date": config.date,
+            "model": {
+                "path": config.model_path,
+                "sha256": atomic.sha256_file(config.model_path),
+                "training": {k: history[k] for k in TRAINING_SUMMARY_KEYS if k in history},
+            },
+            "dataset": {
+                "name": doc["dataset"]["name"],
+                "version": doc["dataset"]["version"],
+                "split": doc["dataset"].get("eval_split", layout.EVAL_SPLIT),
+                "manifest": layout.join(config.data_dir, layout.MANIFEST_FILE),
+            },
+            "created_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
+    )
+
+    verdict = blessing.decide(
+        date=config.date,
+        dataset=config.dataset,
+        accuracy=metrics["accuracy"],
+        min_accuracy=config.min_accuracy,
+        max_regression=config.max_regression,
+        baseline=blessing.read_pointer(config.latest_pointer_path),
+    )
+    metrics["blessed"] = verdict["blessed"]
+
+    out = config.evaluate_dir
+    tf.io.gfile.makedirs(out)
+    plots.write_confusion_matrix(
+        metrics["confusion_matrix"]["matrix"],
+        list(doc["class_names"]),
+        layout.join(out, report.CONFUSION_MATRIX_PNG),
+    )
+    plots.write_training_curves(history["history"], layout.join(out, report.TRAINING_CURVES_PNG))
+    atomic.write_bytes_atomic(
+        layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
+    )
+    atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
+    if verdict["moves_latest_pointer"]:
+        blessing.update_pointer(
+            config.latest_pointer_path,
+            {
+                "date": config.date,
+                "model_path": _absolute(config.model_path),
+                "model_sha256": metrics["model"]["sha256"],
+                "accuracy": metrics["accuracy"],
+                "loss": metrics["loss"],
+                "dataset": config.dataset,
+                "metrics_path": _absolute(layout.join(out, layout.METRICS_FILE)),
+                "updated_utc": verdict["decided_utc"],
+            },
+        )
+        logger.info("blessed: %s now points at %s", config.latest_pointer_path, config.model_path)
+    else:
+        logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
+    # Last: its presence is what marks the stage complete.
+    atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
+    return metrics

@@ -1,0 +1,82 @@
+"""Luigi task of the evaluate stage: maps its parameters onto `python -m evaluate`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+import luigi
+
+from contract import layout
+from pipeline import executor
+from pipeline.params import RunTask
+from pipeline.train_task import Train
+
+STAGE_LOG_FILE = "evaluate.log"
+
+
+class Evaluate(RunTask):
+    """Scores the run's final model on the whole eval split, writes the report, blesses or not."""
+
+    batch_size = luigi.IntParameter(
+        default=1000,
+        description="Examples per inference batch; changes speed and memory, never the metrics.",
+    )
+    min_accuracy = luigi.OptionalFloatParameter(
+        default=None,
+        description="Accuracy (0-1) a model needs to be blessed; empty for no absolute threshold.",
+    )
+    max_regression = luigi.OptionalFloatParameter(
+        default=None,
+        description="Largest accuracy drop (0-1; 0.01 = one point) allowed against the last "
+        "blessed run (<output_root>/latest.json); empty for no comparison.",
+    )
+
+    def requires(self) -> luigi.Task:
+        return Train(**self.shared_params())
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(
+            layout.join(layout.evaluate_dir(self.output_root, self.date_str), layout.METRICS_FILE)
+        )
+
+    def command(self) -> list[str]:
+        """The stage's command line; a container or pod executor runs the same one."""
+        args = [
+            sys.executable,
+            "-m",
+            "evaluate",
+            "--output-root",
+            self.output_root,
+            "--date",
+            self.date_str,
+            "--dataset",
+            self.dataset,
+            "--batch-size",
+            str(self.batch_size),
+        ]
+        if self.min_accuracy is not None:
+            args += ["--min-accuracy", repr(self.min_accuracy)]
+        if self.max_regression is not None:
+            args += ["--max-regression", repr(self.max_regression)]
+        return args
+
+    def run(self) -> None:
+        logs = layout.logs_dir(self.output_root, self.date_str)
+        os.makedirs(logs, exist_ok=True)
+        log_path = layout.join(logs, STAGE_LOG_FILE)
+        with open(log_path, "ab") as log:
+            log.write(f"$ {shlex.join(self.command())}\n".encode())
+            log.flush()
+            returncode = executor.call(self.command(), log)
+        if returncode != 0:
+            raise RuntimeError(
+                f"the evaluate stage exited with {returncode}; its log is {log_path}:\n"
+                + _tail(log_path)
+            )
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])

@@ -1,0 +1,6 @@
+"""The preprocess stage: TFDS dataset → deterministic, balanced per-worker TFRecord shards."""
+
+from preprocess.errors import PreprocessError
+from preprocess.pipeline import PreprocessConfig, run, run_preprocess
+
+__all__ = ["PreprocessConfig", "PreprocessError", "run", "run_preprocess"]

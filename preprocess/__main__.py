@@ -1,0 +1,58 @@
+"""Command line: `python -m preprocess [run] FLAGS` and `python -m preprocess verify DATA_DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from contract import manifest
+
+USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
+       python -m preprocess verify DATA_DIR [--split SPLIT] [--worker N]
+
+  run      shard a TFDS dataset (see `python -m preprocess run --help`)
+  verify   re-check a shard set's files against its manifest
+"""
+
+
+def verify(argv: list[str]) -> int:
+    """Checks a shard set; prints OK or the one-line problem; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m preprocess verify")
+    parser.add_argument("data_dir", help="the shard set's folder (<output_root>/<date>/data)")
+    parser.add_argument("--split", default=None, help="only this split's files")
+    parser.add_argument("--worker", type=int, default=None, help="only this worker's train files")
+    args = parser.parse_args(argv)
+    try:
+        doc = manifest.verify(args.data_dir, args.split, args.worker)
+    except manifest.ManifestError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"OK: {len(doc['files'])} files in {args.data_dir} match the manifest")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatches to `run` (the default) or `verify`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if argv and argv[0] == "verify":
+        return verify(argv[1:])
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from preprocess.errors import PreprocessError
+    from preprocess.pipeline import run
+
+    try:
+        run(argv)
+    except PreprocessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

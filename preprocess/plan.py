@@ -1,0 +1,108 @@
+"""Which file every example goes to, decided by its rank among all examples' keys.
+
+A rank is an example's position in the sorted list of the split's keys (sha256 of seed and
+record), so the assignment depends only on the data and the parameters, never on the order
+in which a runner happens to deliver elements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from contract import layout
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSlot:
+    """One output file: its path relative to the data folder, split and worker."""
+
+    path: str
+    split: str
+    worker: int | None
+
+
+def num_validation_examples(num_examples: int, validation_fraction: float) -> int:
+    """How many of the training split's examples are held out for validation."""
+    return int(round(num_examples * validation_fraction))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """Cuts the dataset's training split into validation and equal per-worker parts.
+
+    Ranks [0, num_validation) are validation; the next examples_per_worker * num_workers ranks
+    are train, in one contiguous block per worker; the leftover ranks (fewer than num_workers)
+    also go to validation so no example is lost, and are counted as `leftover_examples`.
+    """
+
+    num_examples: int
+    num_workers: int
+    validation_fraction: float
+    max_records_per_file: int
+
+    @property
+    def num_validation(self) -> int:
+        return num_validation_examples(self.num_examples, self.validation_fraction)
+
+    @property
+    def examples_per_worker(self) -> int:
+        return (self.num_examples - self.num_validation) // self.num_workers
+
+    @property
+    def num_train(self) -> int:
+        return self.examples_per_worker * self.num_workers
+
+    @property
+    def leftover_examples(self) -> int:
+        return self.num_examples - self.num_validation - self.num_train
+
+    @property
+    def files_per_worker(self) -> int:
+        return max(1, math.ceil(self.examples_per_worker / self.max_records_per_file))
+
+    @property
+    def validation_files(self) -> int:
+        total = self.num_validation + self.leftover_examples
+        return max(1, math.ceil(total / self.max_records_per_file))
+
+    def slot(self, rank: int) -> FileSlot:
+        """The file of the example with this rank."""
+        if not 0 <= rank < self.num_examples:
+            raise ValueError(f"rank {rank} outside [0, {self.num_examples})")
+        train_rank = rank - self.num_validation
+        if 0 <= train_rank < self.num_train:
+            worker, index = divmod(train_rank, self.examples_per_worker)
+            file_index = index // self.max_records_per_file
+            path = layout.worker_file_name(
+                worker, self.num_workers, file_index, self.files_per_worker
+            )
+            return FileSlot(path, layout.TRAIN_SPLIT, worker)
+        # Validation first, then the leftover train ranks, as one sequence.
+        index = rank if train_rank < 0 else rank - self.num_train
+        file_index = index // self.max_records_per_file
+        path = layout.whole_split_file_name(
+            layout.VALIDATION_SPLIT, file_index, self.validation_files
+        )
+        return FileSlot(path, layout.VALIDATION_SPLIT, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class WholeSplitPlan:
+    """Writes a split whole (the eval split), in rank order, capped per file."""
+
+    num_examples: int
+    split: str
+    max_records_per_file: int
+
+    @property
+    def num_files(self) -> int:
+        return max(1, math.ceil(self.num_examples / self.max_records_per_file))
+
+    def slot(self, rank: int) -> FileSlot:
+        """The file of the example with this rank."""
+        if not 0 <= rank < self.num_examples:
+            raise ValueError(f"rank {rank} outside [0, {self.num_examples})")
+        file_index = rank // self.max_records_per_file
+        path = layout.whole_split_file_name(self.split, file_index, self.num_files)
+        return FileSlot(path, self.split, None)

@@ -1,0 +1,192 @@
+"""Preparing a TFDS dataset offline from manually placed files checked against recorded sums."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from tensorflow_datasets.core.download import checksums
+
+from contract import atomic
+from preprocess.errors import PreprocessError
+
+SOURCES_DIR = pathlib.Path(__file__).resolve().parent / "sources"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """What the stage needs to know about a prepared image-classification dataset."""
+
+    name: str
+    version: str
+    dataset_dir: str
+    image_key: str
+    label_key: str
+    image_shape: list[int]
+    class_names: list[str]
+    split_sizes: dict[str, int]
+
+
+def recorded_checksums_path(dataset: str) -> str:
+    """The project's sums file for a dataset's manual files (`sources/<dataset>.sha256`)."""
+    return str(SOURCES_DIR / f"{dataset}.sha256")
+
+
+def read_sums_file(path: str) -> dict[str, str]:
+    """Reads a `sha256sum`-format file into {file name: hex sha256}.
+
+    Raises:
+        PreprocessError: the file is missing or a line is malformed.
+    """
+    if not tf.io.gfile.exists(path):
+        raise PreprocessError(f"checksum file not found: {path} (record the manual files' sums)")
+    sums: dict[str, str] = {}
+    with tf.io.gfile.GFile(path, "r") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 2 or len(parts[0]) != 64:
+                raise PreprocessError(f"{path}:{number}: expected '<sha256>  <file name>'")
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+def verify_manual_files(manual_dir: str, sums: dict[str, str], sums_path: str) -> dict[str, int]:
+    """Checks every recorded file in `manual_dir` against its sum; returns {file name: size}.
+
+    Raises:
+        PreprocessError: naming the first file that is missing or differs.
+    """
+    sizes = {}
+    for name, expected in sorted(sums.items()):
+        path = os.path.join(manual_dir, name)
+        if not tf.io.gfile.exists(path):
+            raise PreprocessError(
+                f"source file missing: {path} (run `make dataset` or point --manual_dir at it)"
+            )
+        digest = atomic.sha256_file(path)
+        if digest != expected:
+            raise PreprocessError(
+                f"source file checksum mismatch: {path} has sha256 {digest}, "
+                f"{sums_path} records {expected}"
+            )
+        sizes[name] = tf.io.gfile.stat(path).length
+    return sizes
+
+
+def builder_class(dataset: str) -> type[Any]:
+    """The registered TFDS builder class of `dataset`.
+
+    Raises:
+        PreprocessError: no TFDS dataset has that name.
+    """
+    try:
+        return tfds.builder_cls(dataset)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise PreprocessError(
+            f"unknown TFDS dataset '{dataset}': check the name in the TFDS catalog "
+            "(tfds.list_builders())"
+        ) from None
+
+
+def _offline_builder(cls: type[Any], manual_dir: str, sums_path: str, data_dir: str) -> Any:
+    """A builder of `cls` whose download checksums are the project's recorded ones.
+
+    The subclass is never registered, so nothing global (TFDS's registry, its checksum files in
+    site-packages) changes; TFDS still checks every file against the sums we hand it.
+    """
+    sums = read_sums_file(sums_path)
+    sizes = verify_manual_files(manual_dir, sums, sums_path)
+    url_infos = {}
+    for url, info in cls.url_infos.items():
+        filename = info.filename or url.rsplit("/", 1)[-1]
+        if filename not in sums:
+            raise PreprocessError(f"{sums_path} records no sum for {filename}, which TFDS needs")
+        url_infos[url] = checksums.UrlInfo(
+            size=tfds.core.units.Size(sizes[filename]), checksum=sums[filename], filename=filename
+        )
+    local_cls = type(
+        cls.__name__,
+        (cls,),
+        {"name": cls.name, "url_infos": url_infos, "__module__": cls.__module__},
+        skip_registration=True,
+    )
+    return local_cls(data_dir=data_dir)
+
+
+def prepare_dataset(
+    dataset: str,
+    data_dir: str,
+    manual_dir: str | None = None,
+    manual_checksums: str | None = None,
+) -> Any:
+    """Builds `dataset` into `data_dir` with TFDS's own builder, reusing it when already there.
+
+    Args:
+        dataset: TFDS dataset name, e.g. 'fashion_mnist'.
+        data_dir: TFDS data folder.
+        manual_dir: folder with the dataset's downloaded files; None downloads through TFDS.
+        manual_checksums: sha256sum-format file with the manual files' sums; default
+            `preprocess/sources/<dataset>.sha256`.
+
+    Returns:
+        The prepared TFDS builder.
+
+    Raises:
+        PreprocessError: unknown dataset, missing or mismatching source files.
+    """
+    cls = builder_class(dataset)
+    builder = cls(data_dir=data_dir)
+    if builder.is_prepared():
+        return builder
+    if not manual_dir:
+        builder.download_and_prepare()
+        return builder
+    if not cls.url_infos:
+        raise PreprocessError(
+            f"TFDS dataset '{dataset}' does not declare its download files; "
+            "run without --manual_dir so TFDS downloads it"
+        )
+    sums_path = manual_checksums or recorded_checksums_path(dataset)
+    offline = _offline_builder(cls, manual_dir, sums_path, data_dir)
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir)
+    offline.download_and_prepare(download_config=config)
+    return cls(data_dir=data_dir)
+
+
+def describe(builder: Any) -> DatasetSpec:
+    """The spec of a prepared builder whose features are one image and one class label.
+
+    Raises:
+        PreprocessError: the dataset is not image classification with a fixed image shape.
+    """
+    features = builder.info.features
+    images = [k for k, v in features.items() if isinstance(v, tfds.features.Image)]
+    labels = [k for k, v in features.items() if isinstance(v, tfds.features.ClassLabel)]
+    name = builder.info.name
+    if len(images) != 1 or len(labels) != 1:
+        raise PreprocessError(
+            f"TFDS dataset '{name}' is not image classification: this stage needs exactly one "
+            f"Image and one ClassLabel feature, it has {sorted(features.keys())}"
+        )
+    shape = list(features[images[0]].shape)
+    if any(d is None for d in shape):
+        raise PreprocessError(
+            f"TFDS dataset '{name}' has images of variable shape {shape}: "
+            "pick a dataset with a fixed image shape"
+        )
+    return DatasetSpec(
+        name=name,
+        version=str(builder.info.version),
+        dataset_dir=str(builder.data_dir),
+        image_key=images[0],
+        label_key=labels[0],
+        image_shape=[int(d) for d in shape],
+        class_names=list(features[labels[0]].names),
+        split_sizes={k: int(v.num_examples) for k, v in builder.info.splits.items()},
+    )

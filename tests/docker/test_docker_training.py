@@ -1,0 +1,177 @@
+"""Training with worker containers: same artefacts as local workers, whole-cluster restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from contract import layout
+from pipeline.executor import DockerExecutor, DockerSettings, LocalExecutor
+from tests import factories
+
+pytestmark = pytest.mark.docker
+
+PER_WORKER = 256
+SETTINGS = {
+    "model": "mlp",
+    "epochs": 3,
+    "per_worker_batch_size": 16,
+    "validation_batch_size": 64,
+    "save_freq_steps": 5,
+    "early_stopping_patience": 0,
+    "reduce_lr_patience": 0,
+    "collective_timeout_seconds": 60.0,
+}
+STEPS_PER_EPOCH = PER_WORKER // SETTINGS["per_worker_batch_size"]
+
+
+def launch_command(data_dir: str, train_dir: str, **overrides) -> list[str]:
+    command = [sys.executable, "-m", "train", "launch", "--data-dir", data_dir]
+    command += ["--train-dir", train_dir, "--num-workers", "2"]
+    for name, value in {**SETTINGS, **overrides}.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    return command
+
+
+def call_logged(executor, command: list[str], log_path: pathlib.Path) -> int:
+    with open(log_path, "ab") as log:
+        return executor.call(command, log)
+
+
+def docker_executor(stage_image: str, root: pathlib.Path) -> DockerExecutor:
+    return DockerExecutor(DockerSettings(stage_image, (str(root),), workdir=str(root)))
+
+
+def read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def artefact_names(train_dir: str) -> set[str]:
+    """Files the run left, relative; TensorBoard event files by folder (their names hold hosts)."""
+    names = set()
+    for root, _, files in os.walk(train_dir):
+        rel = os.path.relpath(root, train_dir)
+        if rel.split(os.sep)[0] == "logs":
+            continue
+        for name in files:
+            if name.startswith("events.out.tfevents."):
+                name = "events.out.tfevents.*"
+            names.add(os.path.normpath(os.path.join(rel, name)))
+    return names
+
+
+@pytest.fixture(scope="module")
+def shard_root(tmp_path_factory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("docker_training")
+    factories.write_shard_set(str(root / "data"), num_workers=2, per_worker=PER_WORKER)
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_and_docker_runs(stage_image, shard_root) -> tuple[str, str]:
+    """The same training run once with local workers and once with worker containers."""
+    data_dir = str(shard_root / "data")
+    train_dirs = []
+    for kind, executor in [
+        ("local", LocalExecutor()),
+        ("docker", docker_executor(stage_image, shard_root)),
+    ]:
+        train_dir = str(shard_root / f"train-{kind}")
+        log = shard_root / f"{kind}.log"
+        code = call_logged(executor, launch_command(data_dir, train_dir), log)
+        assert code == 0, f"{kind} training failed:\n" + log.read_text()[-4000:]
+        train_dirs.append(train_dir)
+    return train_dirs[0], train_dirs[1]
+
+
+def test_worker_containers_leave_the_same_artefacts_as_local_workers(local_and_docker_runs):
+    local_dir, docker_dir = local_and_docker_runs
+    assert artefact_names(docker_dir) == artefact_names(local_dir)
+    for name in (layout.MODEL_FILE, layout.HISTORY_FILE, layout.TRAIN_CONFIG_FILE):
+        assert os.path.isfile(os.path.join(docker_dir, name)), name
+
+
+def test_worker_containers_train_the_same_run(local_and_docker_runs):
+    local_dir, docker_dir = local_and_docker_runs
+    local_config = read_json(os.path.join(local_dir, layout.TRAIN_CONFIG_FILE))
+    docker_config = read_json(os.path.join(docker_dir, layout.TRAIN_CONFIG_FILE))
+    assert docker_config == local_config | {"train_dir": docker_dir}
+    local_history = read_json(os.path.join(local_dir, layout.HISTORY_FILE))
+    docker_history = read_json(os.path.join(docker_dir, layout.HISTORY_FILE))
+    assert docker_history["epochs_completed"] == local_history["epochs_completed"]
+    assert docker_history["steps_trained_total"] == local_history["steps_trained_total"]
+    # Weight initialisation is not seeded, so two local runs differ in their numbers too:
+    # compare the shape of the history, not its values.
+    assert {k: len(v) for k, v in docker_history["history"].items()} == {
+        k: len(v) for k, v in local_history["history"].items()
+    }
+
+
+def test_worker_logs_and_containers_are_cleaned_up(local_and_docker_runs):
+    _, docker_dir = local_and_docker_runs
+    for index in (0, 1):
+        log = pathlib.Path(docker_dir, "logs", f"worker-{index}.log").read_text()
+        assert f"=== attempt 0 worker {index}" in log
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=nightly-trainer.train-dir={docker_dir}"],
+        capture_output=True,
+        text=True,
+    )
+    assert left.stdout.strip() == ""
+
+
+def worker_container(train_dir: str, index: int) -> str:
+    proc = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-q",
+            "--filter",
+            f"label=nightly-trainer.train-dir={train_dir}",
+            "--filter",
+            f"label=nightly-trainer.worker={index}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip()
+
+
+def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image, shard_root):
+    data_dir, train_dir = str(shard_root / "data"), str(shard_root / "train-killed")
+    log = shard_root / "killed.log"
+    chief_log = pathlib.Path(train_dir, "logs", "worker-0.log")
+    result: dict[str, int] = {}
+    command = launch_command(data_dir, train_dir, epochs=4)
+    runner = threading.Thread(
+        target=lambda: result.update(
+            code=call_logged(docker_executor(stage_image, shard_root), command, log)
+        )
+    )
+    runner.start()
+    deadline = time.monotonic() + 300
+    # Kill worker 1 once the chief has finished its first epoch (a PROGRESS line).
+    while not (chief_log.exists() and "PROGRESS" in chief_log.read_text(errors="replace")):
+        assert runner.is_alive() and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    container = worker_container(train_dir, 1)
+    assert container, "worker 1's container is not running"
+    subprocess.run(["docker", "kill", container], check=True, capture_output=True)
+    runner.join(timeout=600)
+    output = log.read_text()
+    assert result.get("code") == 0, output[-4000:]
+    assert "worker 1 died" in output and "restarting the cluster" in output
+    assert "=== attempt 1 worker 1" in pathlib.Path(train_dir, "logs", "worker-1.log").read_text()
+    history = read_json(os.path.join(train_dir, layout.HISTORY_FILE))
+    assert history["attempt"] == 1
+    assert history["epochs_completed"] == 4
+    assert history["steps_trained_total"] == 4 * STEPS_PER_EPOCH
+    assert history["resumed_from_step"] >= STEPS_PER_EPOCH

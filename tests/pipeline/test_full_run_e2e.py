@@ -1,0 +1,261 @@
+"""FullRun end to end on tiny Fashion-MNIST with two training workers, through the luigi CLI.
+
+One FullRun builds a run folder that the following tests share (they run in file order): a
+rerun that does nothing, a forced evaluate, an injected training failure, an overlapping run
+refused by the lock, and a run through a central scheduler (luigid).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from contract import atomic, layout
+from pipeline import run_lock
+from tests.factories import PROJECT_ROOT
+from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+
+pytestmark = pytest.mark.e2e
+
+DATE = "2026-01-31"
+RETCODE_TASK_FAILED = 30  # luigi.cfg [retcode]
+RETCODE_SCHEDULING_ERROR = 35
+EVALUATE_FILES = (
+    "metrics.json",
+    "blessing.json",
+    "report.md",
+    "confusion_matrix.png",
+    "training_curves.png",
+)
+
+
+class Runner:
+    """Runs `luigi --module pipeline FullRun` on the tiny dataset under one output root."""
+
+    def __init__(self, root: pathlib.Path, tfds_dir: str, manual_dir: str, sums: str) -> None:
+        self.root = root
+        self.stage_flags = [
+            f"--Preprocess-data-dir={tfds_dir}",
+            f"--Preprocess-manual-dir={manual_dir}",
+            f"--Preprocess-manual-checksums={sums}",
+            "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
+            "--Train-model=mlp",
+            "--Train-epochs=1",
+            "--Train-per-worker-batch-size=32",
+            "--Evaluate-min-accuracy=0",
+        ]
+
+    def command(self, date: str, *extra: str, scheduler: tuple[str, ...] = ()) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "FullRun",
+            *(scheduler or ("--local-scheduler",)),
+            f"--date={date}",
+            f"--output-root={self.root}",
+            *self.stage_flags,
+            *extra,
+        ]
+
+    def env(self) -> dict[str, str]:
+        return os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def run(self, date: str = DATE, *extra: str, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(date, *extra, **kwargs),
+            cwd=PROJECT_ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    def start(self, date: str, *extra: str, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.command(date, *extra, **kwargs),
+            cwd=PROJECT_ROOT,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def run_dir(self, date: str = DATE) -> pathlib.Path:
+        return self.root / date
+
+    def copy_data(self, date: str) -> None:
+        """Gives `date` the first run's shard set, so that its Preprocess is already complete."""
+        shutil.copytree(self.run_dir() / "data", self.run_dir(date) / "data")
+
+
+def summary(result: subprocess.CompletedProcess) -> str:
+    """luigi's execution summary (it logs to stderr)."""
+    text = result.stdout + result.stderr
+    marker = "===== Luigi Execution Summary ====="
+    start = text.find(marker)
+    assert start >= 0, text[-3000:]
+    return text[start : text.find(marker, start + len(marker)) + len(marker)]
+
+
+def mtimes(folder: pathlib.Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    sources = tmp_path_factory.mktemp("tiny-sources")
+    sums = write_tiny_sources(sources)
+    tfds_dir = str(tmp_path_factory.mktemp("tfds"))
+    build_tiny_tfds(tfds_dir, str(sources), str(sums))
+    return Runner(tmp_path_factory.mktemp("runs"), tfds_dir, str(sources), str(sums))
+
+
+@pytest.fixture(scope="module")
+def first_run(runner):
+    """The shared FullRun of DATE: its result and the files' mtimes right after it."""
+    result = runner.run()
+    assert result.returncode == 0, summary(result)
+    return result, mtimes(runner.run_dir())
+
+
+def test_full_run_writes_every_artefact(runner, first_run):
+    result, _ = first_run
+    assert "This progress looks :)" in summary(result)
+    run = runner.run_dir()
+    manifest = atomic.read_json(str(run / "data" / "manifest.json"))
+    assert manifest["num_workers"] == 2
+    for name in ("model.keras", "history.json", "config.json"):
+        assert (run / "train" / name).is_file(), name
+    for name in EVALUATE_FILES:
+        assert (run / "evaluate" / name).is_file(), name
+    metrics = atomic.read_json(str(run / "evaluate" / "metrics.json"))
+    assert metrics["num_examples"] == manifest["splits"]["eval"]["num_examples"] == 100
+    assert metrics["model"]["training"]["num_workers"] == 2
+    # min_accuracy 0 and no earlier blessing: blessed, and latest points at this model.
+    pointer = atomic.read_json(str(runner.root / layout.LATEST_POINTER_FILE))
+    assert pointer["date"] == DATE
+    assert pointer["model_path"] == str(run / "train" / "model.keras")
+    assert pointer["accuracy"] == metrics["accuracy"]
+    logs = sorted(p.name for p in (run / "logs").iterdir())
+    assert "evaluate.log" in logs
+    (luigi_log,) = [name for name in logs if name.startswith("luigi-")]
+    assert "Luigi Execution Summary" in (run / "logs" / luigi_log).read_text()
+    assert not (run / run_lock.LOCK_FILE).exists()
+
+
+def test_second_run_does_nothing(runner, first_run):
+    _, before = first_run
+    result = runner.run()
+    assert result.returncode == 0
+    text = summary(result)
+    assert "were encountered" in text and "ran successfully" not in text
+    assert mtimes(runner.run_dir()) == before
+
+
+def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing(
+    runner, first_run
+):
+    _, before = first_run
+    run = runner.run_dir()
+    pointer_path = runner.root / layout.LATEST_POINTER_FILE
+    pointer_before = pointer_path.read_text()
+    result = runner.run(DATE, "--force-stage=evaluate", "--Evaluate-min-accuracy=0.999")
+    assert result.returncode == 0, summary(result)
+    text = summary(result)
+    ran = text[text.index("ran successfully") :]
+    assert "- 1 Evaluate(" in ran and "Train(" not in ran and "Preprocess(" not in ran
+
+    after = mtimes(run)
+    for name, mtime in before.items():
+        if name.startswith(("data/", "train/")):
+            assert after[name] == mtime, name
+    assert after["evaluate/metrics.json"] != before["evaluate/metrics.json"]
+    (superseded,) = (run / "superseded").iterdir()
+    assert json.loads((superseded / "evaluate" / "blessing.json").read_text())["blessed"]
+
+    blessing = json.loads((run / "evaluate" / "blessing.json").read_text())
+    assert not blessing["blessed"]
+    assert any("below min_accuracy 0.9990" in reason for reason in blessing["reasons"])
+    assert pointer_path.read_text() == pointer_before
+
+
+def test_failing_train_exits_non_zero_without_metrics(runner, first_run):
+    date = "2026-02-01"
+    runner.copy_data(date)
+    result = runner.run(date, "--Train-model=nope")
+    assert result.returncode == RETCODE_TASK_FAILED, summary(result)
+    assert "unknown model 'nope'" in result.stdout + result.stderr
+    assert not (runner.run_dir(date) / "evaluate" / "metrics.json").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def luigid(tmp_path):
+    """A central scheduler on a loopback port; yields its --scheduler-* flags."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "luigid"),
+            f"--port={port}",
+            "--address=127.0.0.1",
+            f"--state-path={tmp_path / 'luigid.pickle'}",
+            f"--logdir={tmp_path}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "luigid did not start"
+            time.sleep(0.2)
+    yield ("--scheduler-host=127.0.0.1", f"--scheduler-port={port}")
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def test_overlapping_run_is_refused_and_luigid_run_succeeds(runner, first_run, luigid):
+    date = "2026-02-02"
+    runner.copy_data(date)
+    lock_path = runner.run_dir(date) / run_lock.LOCK_FILE
+    first = runner.start(date, scheduler=luigid)
+    try:
+        deadline = time.monotonic() + 120
+        while not lock_path.exists():
+            assert first.poll() is None, first.stdout.read()
+            assert time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.2)
+        second = runner.run(date)
+        holder = json.loads(lock_path.read_text())
+    finally:
+        output, _ = first.communicate(timeout=600)
+
+    assert second.returncode == RETCODE_SCHEDULING_ERROR, summary(second)
+    refusal = second.stdout + second.stderr
+    assert f"is already in progress (locked by pid {holder['pid']}" in refusal
+    assert holder["pid"] == first.pid
+
+    assert first.returncode == 0, output[-3000:]
+    assert (runner.run_dir(date) / "evaluate" / "metrics.json").is_file()
+    assert not lock_path.exists()

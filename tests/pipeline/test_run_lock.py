@@ -1,0 +1,86 @@
+"""The per-date run lock: refusal names the holder, and a dead holder frees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from contract import atomic
+from pipeline import run_lock
+from tests.factories import PROJECT_ROOT
+
+HOLD_AND_WAIT = """
+import sys, time
+from pipeline.run_lock import RunLock
+RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_second_holder_is_refused_with_the_first_named(tmp_path):
+    first = run_lock.RunLock(str(tmp_path / "2026-01-31"))
+    first.acquire()
+    holder = json.loads((tmp_path / "2026-01-31" / ".lock").read_text())
+    assert holder["pid"] == os.getpid()
+
+    second = run_lock.RunLock(str(tmp_path / "2026-01-31"))
+    with pytest.raises(run_lock.RunLockedError, match=f"already in progress .*pid {os.getpid()}"):
+        second.acquire()
+    assert not second.held
+
+    first.release()
+    assert not (tmp_path / "2026-01-31" / ".lock").exists()
+    second.acquire()
+    assert second.held
+    second.release()
+
+
+def test_other_dates_are_independent(tmp_path):
+    a = run_lock.RunLock(str(tmp_path / "2026-01-30"))
+    b = run_lock.RunLock(str(tmp_path / "2026-01-31"))
+    a.acquire()
+    b.acquire()
+    assert a.held and b.held
+    a.release()
+    b.release()
+
+
+def test_killed_holder_leaves_no_stale_lock(tmp_path):
+    run_dir = str(tmp_path / "2026-01-31")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_WAIT, run_dir],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(run_lock.RunLockedError, match=f"pid {holder.pid} on "):
+            run_lock.RunLock(run_dir).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The file is still there, but the kernel dropped the dead holder's flock.
+    assert os.path.exists(os.path.join(run_dir, ".lock"))
+    lock = run_lock.RunLock(run_dir)
+    lock.acquire()
+    assert atomic.read_json(lock.path)["pid"] == os.getpid()
+    lock.release()
+
+
+def test_hold_for_process_is_idempotent(tmp_path):
+    run_dir = str(tmp_path / "2026-01-31")
+    try:
+        assert run_lock.hold_for_process(run_dir) is True
+        assert run_lock.hold_for_process(run_dir) is False
+        with pytest.raises(run_lock.RunLockedError):
+            run_lock.RunLock(run_dir).acquire()
+    finally:
+        run_lock._release_all()
+    assert not os.path.exists(os.path.join(run_dir, ".lock"))

@@ -1,0 +1,93 @@
+"""The command line: `verify` names the first bad file; bad input is one line, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from contract import layout
+from preprocess import __main__ as cli
+from tests import factories
+
+
+def flip_byte(path: str, offset: int = 100) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_verify_ok(shard_set, capsys):
+    data_dir, _ = shard_set
+    assert cli.main(["verify", data_dir]) == 0
+    assert capsys.readouterr().out.startswith("OK: 4 files")
+
+
+def test_verify_names_a_flipped_byte(shard_set):
+    data_dir, _ = shard_set
+    flip_byte(os.path.join(data_dir, layout.whole_split_file_name("validation", 0, 1)))
+    result = subprocess.run(
+        [sys.executable, "-m", "preprocess", "verify", data_dir],
+        capture_output=True,
+        text=True,
+        cwd=factories.PROJECT_ROOT,
+    )
+    assert result.returncode == 1
+    assert "checksum mismatch" in result.stderr and "validation-00000-of-00001" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_verify_names_a_missing_file(shard_set, capsys):
+    data_dir, _ = shard_set
+    os.remove(os.path.join(data_dir, layout.worker_file_name(1, 2, 0, 1)))
+    assert cli.main(["verify", data_dir]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: shard file missing: ") and "worker-00001-of-00002" in err
+
+
+def test_verify_one_worker_only(shard_set, capsys):
+    data_dir, _ = shard_set
+    flip_byte(os.path.join(data_dir, layout.worker_file_name(0, 2, 0, 1)))
+    assert cli.main(["verify", data_dir, "--split", "train", "--worker", "1"]) == 0
+    assert cli.main(["verify", data_dir, "--split", "train", "--worker", "0"]) == 1
+
+
+def test_run_bad_input_is_one_line_without_traceback(tiny_tfds, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preprocess",
+            "run",
+            f"--output_root={tmp_path}",
+            f"--data_dir={tiny_tfds}",
+            "--num_workers=0",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=factories.PROJECT_ROOT,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == "error: num_workers must be at least 1, got 0"
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--dataset=no_such_dataset"], "error: unknown TFDS dataset 'no_such_dataset'"),
+        (["--validation_fraction=1.5"], "error: validation_fraction must be in [0, 1), got 1.5"),
+        (["--num_workers=1000"], "error: num_workers 1000 is larger than the 270 training"),
+    ],
+)
+def test_run_bad_input_messages(make_config, capsys, flags, message):
+    cfg = make_config()
+    argv = [f"--output_root={cfg.output_root}", f"--data_dir={cfg.data_dir}", "--date", cfg.date]
+    argv += flags
+    assert cli.main(["run", *argv]) == 1
+    assert capsys.readouterr().err.startswith(message)
+    assert not os.path.exists(layout.data_dir(cfg.output_root, "2026-01-31"))

@@ -1,0 +1,139 @@
+"""The whole stage on the tiny TFDS build: counts, manifest, determinism, atomic output."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import pytest
+
+from contract import layout, manifest, records
+from preprocess import run_preprocess
+from preprocess.errors import PreprocessError
+from tests import factories
+
+
+def data_dir_of(cfg) -> str:
+    return layout.data_dir(cfg.output_root, cfg.date)
+
+
+def file_bytes(data_dir: str) -> dict[str, bytes]:
+    out = {}
+    for root, _, names in os.walk(data_dir):
+        for name in names:
+            if name.endswith(".tfrecord"):
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, data_dir)] = f.read()
+    return out
+
+
+def test_counts_balance_and_manifest(make_config):
+    cfg = make_config()
+    doc = run_preprocess(cfg)
+    data_dir = data_dir_of(cfg)
+    assert manifest.verify(data_dir) == doc
+    # 300 train: 30 validation, 270 / 4 workers = 67 each, 2 leftover into validation.
+    assert doc["splits"] == {
+        "train": {"num_examples": 268, "examples_per_worker": 67, "leftover_examples": 2},
+        "validation": {
+            "num_examples": 32,
+            "held_out_examples": 30,
+            "leftover_train_examples": 2,
+        },
+        "eval": {"num_examples": 100},
+    }
+    per_worker = collections.Counter()
+    for worker in range(4):
+        for path in manifest.shard_paths_for_worker(data_dir, doc, worker):
+            per_worker[worker] += sum(1 for _ in _records(path))
+    assert per_worker == {0: 67, 1: 67, 2: 67, 3: 67}
+    assert doc["image_shape"] == [28, 28, 1] and doc["class_names"] == factories.CLASS_NAMES
+    assert doc["dataset"] == {
+        "name": "fashion_mnist",
+        "version": "3.0.1",
+        "train_split": "train",
+        "eval_split": "test",
+    }
+    assert doc["parameters"]["validation_fraction"] == 0.1 and doc["num_workers"] == 4
+    assert sorted(os.listdir(os.path.dirname(data_dir))) == ["data"]
+
+
+def _records(path: str):
+    import tensorflow as tf
+
+    return tf.data.TFRecordDataset(path).as_numpy_iterator()
+
+
+def test_records_decode_to_the_source_images(make_config):
+    import tensorflow as tf
+
+    cfg = make_config(num_workers=2)
+    doc = run_preprocess(cfg)
+    paths = manifest.split_paths(data_dir_of(cfg), doc, layout.EVAL_SPLIT)
+    images, labels = records.parse_batch(
+        next(iter(tf.data.TFRecordDataset(paths).batch(100))), doc["image_shape"]
+    )
+    expected_images, expected_labels = factories.fashion_mnist_arrays("test", 100)
+    got = sorted(zip((i.tobytes() for i in images.numpy()), labels.numpy(), strict=True))
+    want = sorted(zip((i.tobytes() for i in expected_images), expected_labels, strict=True))
+    assert got == want
+
+
+def test_same_input_same_bytes_across_runner_modes(make_config):
+    first = make_config(date="2026-01-01")
+    second = make_config(date="2026-01-02", read_chunk_size=64, batch_size=13)
+    run_preprocess(first)
+    run_preprocess(second, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    a, b = file_bytes(data_dir_of(first)), file_bytes(data_dir_of(second))
+    assert len(a) == 6 and a == b
+
+
+def test_max_records_per_file_splits_worker_parts(make_config):
+    cfg = make_config(num_workers=2, max_records_per_file=50)
+    doc = run_preprocess(cfg)
+    names = [os.path.basename(p) for p in manifest.shard_paths_for_worker(data_dir_of(cfg), doc, 1)]
+    assert names == [f"worker-00001-of-00002-file-{i:05d}-of-00003.tfrecord" for i in range(3)]
+    assert [f["num_examples"] for f in manifest.file_entries(doc, "train", 1)] == [50, 50, 35]
+    assert len(manifest.file_entries(doc, "eval")) == 2
+
+
+def test_complete_output_is_refused_then_replaced_with_overwrite(make_config):
+    cfg = make_config(num_workers=2)
+    run_preprocess(cfg)
+    with pytest.raises(PreprocessError, match="already complete: .*manifest.json .*--overwrite"):
+        run_preprocess(cfg)
+    doc = run_preprocess(make_config(num_workers=3, overwrite=True))
+    assert manifest.verify(data_dir_of(cfg))["num_workers"] == doc["num_workers"] == 3
+    assert sorted(os.listdir(os.path.dirname(data_dir_of(cfg)))) == ["data"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"num_workers": 0}, "num_workers must be at least 1, got 0"),
+        (
+            {"num_workers": 271},
+            "num_workers 271 is larger than the 270 training examples of 'fashion_mnist'",
+        ),
+        ({"validation_fraction": 1.0}, r"validation_fraction must be in \[0, 1\), got 1.0"),
+        ({"validation_fraction": -0.1}, r"validation_fraction must be in \[0, 1\), got -0.1"),
+        ({"dataset": "no_such_dataset"}, "unknown TFDS dataset 'no_such_dataset'"),
+        ({"eval_split": "validation"}, "has no split 'validation'; it has"),
+        ({"date": "31.01.2026"}, "date must be YYYY-MM-DD"),
+    ],
+)
+def test_bad_input_leaves_nothing(make_config, overrides, message):
+    cfg = make_config(**overrides)
+    with pytest.raises(PreprocessError, match=message):
+        run_preprocess(cfg)
+    run_dir = os.path.dirname(data_dir_of(cfg))
+    assert not os.path.exists(run_dir) or os.listdir(run_dir) == []
+
+
+def test_unwritable_output_folder(make_config, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = make_config(output_root=str(blocker / "runs"))
+    with pytest.raises(PreprocessError, match=r"cannot write to output folder .*a-file/runs/"):
+        run_preprocess(cfg)

@@ -1,0 +1,123 @@
+"""Bad input stops training with one clear line and a non-zero exit, before any damage."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from contract import layout, manifest
+from train import __main__ as cli
+from train.launcher import BAD_INPUT_EXIT_CODE
+from tests.train.conftest import SMALL_RUN, write_small_shard_set
+
+
+def launch_args(data_dir: str, train_dir: str, **overrides) -> list[str]:
+    settings = {**SMALL_RUN, "num_workers": 2, **overrides}
+    argv = ["launch", "--data-dir", data_dir, "--train-dir", train_dir]
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """A valid small shard set and a train folder holding a backup that must survive."""
+    data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
+    write_small_shard_set(data_dir)
+    backup = os.path.join(train_dir, layout.BACKUP_DIR, "chief")
+    os.makedirs(backup)
+    with open(os.path.join(backup, "checkpoint"), "w") as f:
+        f.write("sentinel")
+    return data_dir, train_dir
+
+
+def fails_with(capsys, argv: list[str], message: str, code: int = BAD_INPUT_EXIT_CODE) -> str:
+    assert cli.main(argv) == code
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert len(lines) == 1 and message in lines[0], lines
+    return lines[0]
+
+
+def backup_intact(train_dir: str) -> bool:
+    with open(os.path.join(train_dir, layout.BACKUP_DIR, "chief", "checkpoint")) as f:
+        return f.read() == "sentinel" and not os.path.exists(
+            os.path.join(train_dir, layout.HISTORY_FILE)
+        )
+
+
+def test_missing_manifest(capsys, dirs):
+    data_dir, train_dir = dirs
+    os.remove(os.path.join(data_dir, layout.MANIFEST_FILE))
+    fails_with(capsys, launch_args(data_dir, train_dir), "manifest not found")
+    assert backup_intact(train_dir)
+
+
+def test_corrupt_manifest(capsys, dirs):
+    data_dir, train_dir = dirs
+    with open(os.path.join(data_dir, layout.MANIFEST_FILE), "w") as f:
+        f.write('{"schema_version": 1, "files": [')
+    fails_with(capsys, launch_args(data_dir, train_dir), "manifest is not valid JSON")
+    assert backup_intact(train_dir)
+
+
+def test_worker_count_mismatch(capsys, dirs):
+    data_dir, train_dir = dirs
+    line = fails_with(capsys, launch_args(data_dir, train_dir, num_workers=3), "num_workers is 3")
+    assert "cut for 2 workers" in line
+    assert backup_intact(train_dir)
+
+
+def test_unknown_model(capsys, dirs):
+    data_dir, train_dir = dirs
+    fails_with(
+        capsys,
+        launch_args(data_dir, train_dir, model="resnet9000"),
+        "unknown model 'resnet9000': choose one of cnn, mlp",
+    )
+    assert backup_intact(train_dir)
+
+
+def test_epochs_below_one(capsys, dirs):
+    data_dir, train_dir = dirs
+    fails_with(capsys, launch_args(data_dir, train_dir, epochs=0), "epochs must be at least 1, got 0")
+    assert backup_intact(train_dir)
+
+
+def test_port_in_use(capsys, dirs):
+    data_dir, train_dir = dirs
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = launch_args(data_dir, train_dir) + ["--ports", f"{port},{port + 1}"]
+        fails_with(capsys, argv, f"port {port} on 127.0.0.1 is in use", code=1)
+    assert backup_intact(train_dir)
+
+
+def test_shard_checksum_mismatch_names_the_file(capsys, dirs):
+    data_dir, train_dir = dirs
+    shard_manifest = manifest.read_manifest(data_dir)
+    (bad,) = manifest.shard_paths_for_worker(data_dir, shard_manifest, 1)
+    with open(bad, "r+b") as f:  # same size, different bytes
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    line = fails_with(
+        capsys, launch_args(data_dir, train_dir), "worker 1 rejected its input", code=1
+    )
+    assert f"shard file checksum mismatch: {bad}" in line
+    assert "worker-1.log" in line
+    assert backup_intact(train_dir)
+
+
+def test_batch_larger_than_a_workers_examples(capsys, dirs):
+    data_dir, train_dir = dirs
+    fails_with(
+        capsys,
+        launch_args(data_dir, train_dir, per_worker_batch_size=1000),
+        "per_worker_batch_size 1000 exceeds the 256 examples each worker holds",
+    )
+    assert backup_intact(train_dir)

@@ -1,0 +1,143 @@
+"""Two workers on loopback train end to end: artefacts, history, exact validation, TensorBoard."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from contract import layout, manifest, records
+from tests.factories import PROJECT_ROOT
+from tests.train.conftest import (
+    NUM_VALIDATION,
+    SMALL_RUN,
+    launch_argv,
+    train_env,
+    write_small_shard_set,
+)
+
+TOTAL_STEPS = SMALL_RUN["epochs"] * (256 // SMALL_RUN["per_worker_batch_size"])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One small two-worker run shared by the tests of this module: (data_dir, train_dir, proc)."""
+    root = tmp_path_factory.mktemp("two_workers")
+    data_dir, train_dir = str(root / "data"), str(root / "train")
+    write_small_shard_set(data_dir)
+    proc = subprocess.run(
+        launch_argv(data_dir, train_dir),
+        cwd=PROJECT_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return data_dir, train_dir, proc
+
+
+def read_history(train_dir: str) -> dict:
+    with open(os.path.join(train_dir, layout.HISTORY_FILE)) as f:
+        return json.load(f)
+
+
+def test_artefacts_present_and_model_loads(finished_run):
+    _, train_dir, _ = finished_run
+    for name in (layout.MODEL_FILE, layout.HISTORY_FILE, layout.TRAIN_CONFIG_FILE):
+        assert os.path.isfile(os.path.join(train_dir, name)), name
+    assert glob.glob(os.path.join(train_dir, layout.FINAL_CHECKPOINT_DIR, "*.index"))
+    model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
+    probabilities = model.predict(np.full([3, 28, 28, 1], 128.0, np.float32), verbose=0)
+    assert probabilities.shape == (3, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    with open(os.path.join(train_dir, layout.TRAIN_CONFIG_FILE)) as f:
+        assert json.load(f)["model"] == SMALL_RUN["model"]
+
+
+def test_history_is_sane(finished_run):
+    _, train_dir, _ = finished_run
+    doc = read_history(train_dir)
+    epochs = SMALL_RUN["epochs"]
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
+        assert len(doc["history"][key]) == epochs, key
+    assert doc["epochs_completed"] == epochs
+    assert doc["steps_trained_total"] == TOTAL_STEPS
+    assert doc["num_workers"] == 2
+    assert doc["global_batch_size"] == 2 * SMALL_RUN["per_worker_batch_size"]
+    assert doc["model"] == "mlp" and doc["stopped_early"] is False
+    assert 1 <= doc["best_epoch"] <= epochs
+    assert doc["examples_per_second"] > 0 and doc["wall_time_seconds"] > 0
+    assert doc["history"]["loss"][-1] < doc["history"]["loss"][0]
+    assert all(0.0 <= a <= 1.0 for a in doc["history"]["val_accuracy"])
+
+
+def test_chief_progress_reaches_the_console(finished_run):
+    _, _, proc = finished_run
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("PROGRESS ")]
+    assert [json.loads(line[len("PROGRESS ") :])["epoch"] for line in progress] == [1, 2, 3]
+
+
+def test_each_worker_logs_to_its_own_file(finished_run):
+    _, train_dir, _ = finished_run
+    for worker in (0, 1):
+        with open(os.path.join(train_dir, "logs", f"worker-{worker}.log")) as f:
+            text = f.read()
+        assert f"worker {worker} of 2" in text
+        assert f"END steps_executed={TOTAL_STEPS} final_step={TOTAL_STEPS}" in text
+
+
+def test_validation_is_exact_over_every_example(finished_run):
+    """The distributed val metrics equal one process scoring the saved weights on all 203."""
+    data_dir, train_dir, _ = finished_run
+    doc = read_history(train_dir)
+    shard_manifest = manifest.read_manifest(data_dir)
+    files = manifest.split_paths(data_dir, shard_manifest, layout.VALIDATION_SPLIT)
+    serialized = list(tf.data.TFRecordDataset(files).as_numpy_iterator())
+    images, labels = records.parse_batch(tf.constant(serialized), [28, 28, 1])
+    assert len(labels) == NUM_VALIDATION == doc["validation_examples"]
+    model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
+    probabilities = model.predict(tf.cast(images, tf.float32), batch_size=203, verbose=0)
+    losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities).numpy()
+    accuracy = np.mean(np.argmax(probabilities, axis=1) == labels.numpy())
+    assert abs(doc["history"]["val_loss"][-1] - losses.astype(np.float64).mean()) < 1e-5
+    assert abs(doc["history"]["val_accuracy"][-1] - accuracy) < 1e-9
+
+
+def _events(train_dir: str) -> list:
+    files = glob.glob(os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True)
+    assert files, "no TensorBoard event file"
+    return [e for f in files for e in tf.compat.v1.train.summary_iterator(f)]
+
+
+def test_tensorboard_has_scalars_and_gradient_histograms(finished_run):
+    _, train_dir, _ = finished_run
+    values = [(e.step, v) for e in _events(train_dir) for v in e.summary.value]
+    tags = {v.tag for _, v in values}
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
+        assert f"epoch/{name}" in tags
+    assert {"step/loss", "step/learning_rate"} <= tags
+    histograms = [(step, v) for step, v in values if v.tag.startswith("gradients/")]
+    model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
+    assert len({v.tag for _, v in histograms}) == len(model.trainable_variables)
+    assert {step for step, _ in histograms} == set(
+        range(0, TOTAL_STEPS, SMALL_RUN["histogram_freq_steps"])
+    )
+    for _, v in histograms:
+        assert v.metadata.plugin_data.plugin_name == "histograms"
+        buckets = tf.make_ndarray(v.tensor)
+        assert buckets.shape[1] == 3 and buckets[:, 2].sum() > 0
+
+
+def test_only_the_chief_leaves_files(finished_run):
+    _, train_dir, _ = finished_run
+    leftovers = [p for p in glob.glob(os.path.join(train_dir, "**"), recursive=True) if "workertemp" in p]
+    assert leftovers == []
+    assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
+    assert len(glob.glob(os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True)) == 1

@@ -1,0 +1,100 @@
+"""The chief's final files: model, checkpoint, config, and history.json written last."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import tensorflow as tf
+import tf_keras as keras
+
+from contract import atomic, layout
+from train import cluster
+from train.config import TrainConfig
+
+T = TypeVar("T")
+log = logging.getLogger("train")
+TRANSIENT_ERRORS = (OSError, tf.errors.UnavailableError, tf.errors.AbortedError)
+EPOCHS_FILE = "epochs.json"
+CHECKPOINT_PREFIX = "ckpt"
+
+
+def with_retries(
+    action: Callable[[], T], what: str, attempts: int = 5, first_delay: float = 0.5
+) -> T:
+    """Runs file I/O, retrying transient filesystem errors with exponential backoff.
+
+    Only for plain file I/O: a collective must never be retried on one worker alone.
+    """
+    delay = first_delay
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except TRANSIENT_ERRORS as e:
+            if attempt == attempts:
+                raise
+            log.warning("%s failed (%s); retry %d in %.1fs", what, e, attempt, delay)
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _copy_atomic(source: str, target: str) -> None:
+    tf.io.gfile.makedirs(os.path.dirname(target))
+    tmp = f"{target}.tmp-copy"
+    tf.io.gfile.copy(source, tmp, overwrite=True)
+    tf.io.gfile.rename(tmp, target, overwrite=True)
+
+
+def save_final(
+    model: keras.Model, trainer: keras.Model, train_dir: str, info: cluster.ClusterInfo
+) -> None:
+    """Every worker saves (the saves read distributed variables); only the chief keeps them.
+
+    Saves go to a local scratch folder first, so a retry repeats only the copy to the real
+    path and never the collectives inside a save.
+    """
+    scratch = cluster.scratch_dir(info)
+    try:
+        model.save(os.path.join(scratch, layout.MODEL_FILE))
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer)
+        checkpoint.write(os.path.join(scratch, layout.FINAL_CHECKPOINT_DIR, CHECKPOINT_PREFIX))
+        if not cluster.may_write_real_paths(info):
+            return
+        for root, _, files in os.walk(scratch):
+            for name in files:
+                source = os.path.join(root, name)
+                rel = os.path.relpath(source, scratch).replace(os.sep, "/")
+                target = layout.join(train_dir, rel)
+                with_retries(lambda s=source, t=target: _copy_atomic(s, t), f"copying {rel}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def write_config(config: TrainConfig, train_dir: str) -> None:
+    path = layout.join(train_dir, layout.TRAIN_CONFIG_FILE)
+    with_retries(lambda: config.write(path), f"writing {path}")
+
+
+def write_history(train_dir: str, history: dict[str, Any]) -> None:
+    """Writes history.json atomically; it is the stage's completion marker, so it goes last."""
+    path = layout.join(train_dir, layout.HISTORY_FILE)
+    with_retries(lambda: atomic.write_json_atomic(path, history), f"writing {path}")
+
+
+def best_epoch(val_loss: list[float]) -> int:
+    """The 1-based epoch with the lowest validation loss (0 when there is none)."""
+    if not val_loss:
+        return 0
+    return min(range(len(val_loss)), key=val_loss.__getitem__) + 1
+
+
+def remove_backup(train_dir: str) -> None:
+    """Drops the backup (and any per-worker temp folder a killed worker left in it) once done."""
+    path = layout.join(train_dir, layout.BACKUP_DIR)
+    if tf.io.gfile.exists(path):
+        with_retries(lambda: tf.io.gfile.rmtree(path), f"removing {path}")

@@ -1,0 +1,104 @@
+"""The one module that reads TF_CONFIG: the cluster, the strategy, who is chief, where to write.
+
+Model Garden's distribute_utils in spirit. A worker learns everything about its cluster from
+TF_CONFIG, so the same entry point runs as a local process, in a container or in a Kubernetes
+TFJob pod. Without TF_CONFIG the process is a cluster of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+
+import tensorflow as tf
+
+TF_CONFIG_ENV = "TF_CONFIG"
+ATTEMPT_ENV = "TRAIN_ATTEMPT"
+
+
+class ClusterError(ValueError):
+    """TF_CONFIG is malformed or describes a cluster this stage cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """This process's place in the cluster. `worker_index` 0 is the chief and reads shard 0."""
+
+    worker_index: int
+    num_workers: int
+    task_type: str = "worker"
+
+    @property
+    def is_chief(self) -> bool:
+        return self.worker_index == 0
+
+
+def tf_config_json(addresses: list[str], worker_index: int) -> str:
+    """The TF_CONFIG of worker `worker_index` in a cluster of `addresses` (worker 0 is chief)."""
+    return json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": worker_index}}
+    )
+
+
+def read_cluster(environ: Mapping[str, str] = os.environ) -> ClusterInfo:
+    """Reads TF_CONFIG; a TFJob's separate `chief` job counts as worker 0.
+
+    Raises:
+        ClusterError: TF_CONFIG is not JSON or lacks the cluster or task.
+    """
+    raw = environ.get(TF_CONFIG_ENV, "")
+    if not raw:
+        return ClusterInfo(worker_index=0, num_workers=1)
+    try:
+        doc = json.loads(raw)
+        cluster, task = doc["cluster"], doc["task"]
+        chiefs = list(cluster.get("chief", []))
+        workers = list(cluster.get("worker", []))
+        task_type, index = str(task["type"]), int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ClusterError(f"{TF_CONFIG_ENV} is malformed ({e}): {raw[:200]}") from None
+    if task_type not in ("chief", "worker") or len(chiefs) > 1:
+        raise ClusterError(
+            f"{TF_CONFIG_ENV} task type {task_type!r} with {len(chiefs)} chiefs: "
+            "this stage runs MultiWorkerMirroredStrategy on 'worker' (and at most one 'chief')"
+        )
+    offset = len(chiefs)
+    worker_index = 0 if task_type == "chief" else index + offset
+    return ClusterInfo(worker_index, len(chiefs) + len(workers), task_type)
+
+
+def attempt_number(environ: Mapping[str, str] = os.environ) -> int:
+    """How many times the launcher has restarted the cluster before this process (0 = first)."""
+    return int(environ.get(ATTEMPT_ENV, "0"))
+
+
+def configure_threads(threads: int) -> None:
+    """Pins TF's thread pools; must run before the TF runtime starts."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def make_strategy(collective_timeout_seconds: float) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy from TF_CONFIG; a vanished peer times out instead of hanging."""
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=collective_timeout_seconds,
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def scratch_dir(info: ClusterInfo) -> str:
+    """A fresh local folder for saves every worker must take part in; the caller removes it.
+
+    Only the chief copies what it saved there to the real paths; the other workers' saves
+    exist only so that the collectives inside a save line up, and are thrown away.
+    """
+    return tempfile.mkdtemp(prefix=f"train-worker{info.worker_index}-")
+
+
+def may_write_real_paths(info: ClusterInfo) -> bool:
+    """Only the chief writes model, checkpoint, history, config and TensorBoard files."""
+    return info.is_chief

@@ -1,0 +1,73 @@
+"""The train stage's settings: one typed dataclass, read from and written to JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from contract import atomic
+
+
+class ConfigError(ValueError):
+    """A training setting is out of range or unknown."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs; the same value goes to every worker."""
+
+    data_dir: str
+    train_dir: str
+    model: str = "cnn"
+    epochs: int = 15
+    per_worker_batch_size: int = 128
+    learning_rate: float = 2e-3
+    validation_batch_size: int = 500
+    early_stopping_patience: int = 4
+    reduce_lr_patience: int = 2
+    reduce_lr_factor: float = 0.5
+    save_freq_steps: int = 100
+    scalar_freq_steps: int = 50
+    histogram_freq_steps: int = 200
+    shuffle_seed: int = 1234
+    collective_timeout_seconds: float = 120.0
+    threads_per_worker: int = 1
+
+    def check(self) -> None:
+        """Raises ConfigError naming the first setting that is out of range."""
+        positive = (
+            "epochs",
+            "per_worker_batch_size",
+            "validation_batch_size",
+            "save_freq_steps",
+            "threads_per_worker",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("scalar_freq_steps", "histogram_freq_steps", "early_stopping_patience"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be 0 (off) or more, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not self.collective_timeout_seconds > 0:
+            raise ConfigError("collective_timeout_seconds must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Builds a config from a dict, naming any key this version does not know."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown training settings: {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def read(cls, path: str) -> TrainConfig:
+        return cls.from_dict(atomic.read_json(path))
+
+    def write(self, path: str) -> None:
+        atomic.write_json_atomic(path, self.to_dict())

@@ -1,0 +1,289 @@
+"""The local launcher: starts N workers, streams the chief, restarts the cluster when one dies.
+
+How a worker process is started and stopped sits behind `WorkerBackend`, so a container
+backend can replace `LocalProcessBackend` without touching the restart logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Protocol
+
+from contract import layout, manifest
+from train import cluster
+from train.config import TrainConfig
+
+BAD_INPUT_EXIT_CODE = 2  # a worker found bad input: restarting cannot help
+ERROR_PREFIX = "train: "  # how `python -m train` reports an error, one line on stderr
+POLL_SECONDS = 0.2
+STOP_GRACE_SECONDS = 10.0
+LOOPBACK = "127.0.0.1"
+
+
+class LaunchError(RuntimeError):
+    """Training could not start or could not finish within the allowed restarts."""
+
+
+class WorkerBackend(Protocol):
+    """Starts and stops worker processes wherever they run."""
+
+    def addresses(self, num_workers: int) -> list[str]:
+        """host:port of every worker, for TF_CONFIG's cluster."""
+        ...
+
+    def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None: ...
+
+    def poll(self, worker_index: int) -> int | None:
+        """The worker's exit code, or None while it runs."""
+        ...
+
+    def terminate(self, worker_index: int) -> None:
+        """Stops the worker (politely, then by force) and waits for it."""
+        ...
+
+    def log_path(self, worker_index: int) -> str: ...
+
+
+def _die_with_parent() -> None:
+    # A worker outliving a SIGKILLed launcher would hold its port and block a rerun.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class LocalProcessBackend:
+    """Workers as local processes on loopback ports, each logging to its own file."""
+
+    def __init__(self, worker_argv: list[str], log_dir: str, ports: list[int] | None = None):
+        self.worker_argv = worker_argv
+        self.log_dir = log_dir
+        self.ports = ports
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def addresses(self, num_workers: int) -> list[str]:
+        if self.ports is None:
+            return [f"{LOOPBACK}:{port}" for port in free_ports(num_workers)]
+        if len(self.ports) != num_workers:
+            raise LaunchError(f"--ports lists {len(self.ports)} ports for {num_workers} workers")
+        for port in self.ports:
+            check_port_free(port)
+        return [f"{LOOPBACK}:{port}" for port in self.ports]
+
+    def log_path(self, worker_index: int) -> str:
+        return os.path.join(self.log_dir, f"worker-{worker_index}.log")
+
+    def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None:
+        os.makedirs(self.log_dir, exist_ok=True)
+        env = {
+            **os.environ,
+            cluster.TF_CONFIG_ENV: tf_config_json,
+            cluster.ATTEMPT_ENV: str(attempt),
+            "TF_USE_LEGACY_KERAS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        with open(self.log_path(worker_index), "ab") as log_file:
+            log_file.write(f"=== attempt {attempt} worker {worker_index} ===\n".encode())
+            log_file.flush()
+            self.processes[worker_index] = subprocess.Popen(
+                self.worker_argv,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
+
+    def poll(self, worker_index: int) -> int | None:
+        return self.processes[worker_index].poll()
+
+    def terminate(self, worker_index: int) -> None:
+        process = self.processes.get(worker_index)
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on loopback (held open together so they differ)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def check_port_free(port: int) -> None:
+    """Raises LaunchError when `port` cannot be bound on loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            raise LaunchError(
+                f"port {port} on {LOOPBACK} is in use: free it, or leave out --ports to pick "
+                "free ports"
+            ) from None
+
+
+def preflight(config: TrainConfig, num_workers: int) -> None:
+    """Checks settings, model name and the manifest before any worker starts.
+
+    Each worker still verifies its own files' checksums itself.
+    """
+    from train.worker import check_settings  # TF loads only once inputs need checking
+
+    check_settings(config, manifest.read_manifest(config.data_dir), num_workers)
+
+
+def _last_error_line(path: str) -> str:
+    """The worker's own one-line complaint ("train: ..."), else its last exception line."""
+    with contextlib.suppress(OSError), open(path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+        for line in reversed(lines):
+            if line.startswith(ERROR_PREFIX):
+                return line[len(ERROR_PREFIX) :]
+        for line in reversed(lines):
+            if re.match(r"^[\w.]+(Error|Exception)\b", line):
+                return line
+        return lines[-1] if lines else ""
+    return ""
+
+
+class _Tail:
+    """Copies what the chief appends to its log onto the console."""
+
+    def __init__(self, path: str, out: IO[str]) -> None:
+        self.path = path
+        self.out = out
+        self.offset = os.path.getsize(path) if os.path.exists(path) else 0
+
+    def pump(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        self.offset += len(chunk)
+        if chunk:
+            self.out.write(chunk.decode(errors="replace"))
+            self.out.flush()
+
+
+def _stop_all(backend: WorkerBackend, num_workers: int) -> None:
+    # In parallel: each terminate may wait out its grace period.
+    stoppers = [
+        threading.Thread(target=backend.terminate, args=(index,)) for index in range(num_workers)
+    ]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join()
+
+
+def run_cluster(
+    backend: WorkerBackend, num_workers: int, max_restarts: int, out: IO[str] = sys.stdout
+) -> None:
+    """Runs the cluster to completion, restarting all workers when any one dies.
+
+    Raises:
+        LaunchError: a worker found bad input, or restarts are used up; names the worker
+            and its log.
+    """
+    for attempt in range(max_restarts + 1):
+        addresses = backend.addresses(num_workers)
+        tail = _Tail(backend.log_path(0), out)
+        try:
+            for index in range(num_workers):
+                backend.start(index, cluster.tf_config_json(addresses, index), attempt)
+            failed = _watch(backend, num_workers, tail)
+        finally:
+            _stop_all(backend, num_workers)
+            tail.pump()
+        if failed is None:
+            return
+        index, code = failed
+        log_path = backend.log_path(index)
+        reason = _last_error_line(log_path)
+        if code == BAD_INPUT_EXIT_CODE:
+            raise LaunchError(f"worker {index} rejected its input: {reason} (log: {log_path})")
+        if attempt < max_restarts:
+            print(
+                f"worker {index} died (exit code {code}, log: {log_path}); restarting the "
+                f"cluster (restart {attempt + 1} of {max_restarts})",
+                file=out,
+                flush=True,
+            )
+    raise LaunchError(
+        f"worker {index} failed with exit code {code} and max_restarts={max_restarts} "
+        f"restarts are used up: {reason} (log: {log_path})"
+    )
+
+
+def _watch(
+    backend: WorkerBackend, num_workers: int, tail: _Tail
+) -> tuple[int, int] | None:
+    """Waits until the chief finishes (None) or some worker fails ((index, exit code))."""
+    while True:
+        tail.pump()
+        codes = [backend.poll(index) for index in range(num_workers)]
+        for index, code in enumerate(codes):
+            if code is not None and code != 0:
+                return index, code
+        if codes[0] == 0:
+            # The chief writes history.json last; the others only tidy up after it.
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while time.monotonic() < deadline and any(
+                backend.poll(i) is None for i in range(num_workers)
+            ):
+                time.sleep(POLL_SECONDS)
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def worker_argv(config: TrainConfig) -> list[str]:
+    """The command line that runs one worker with `config`."""
+    argv = [sys.executable, "-m", "train", "worker"]
+    for name, value in config.to_dict().items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+def launch(
+    config: TrainConfig,
+    num_workers: int,
+    max_restarts: int = 2,
+    ports: list[int] | None = None,
+    log_dir: str | None = None,
+    backend: WorkerBackend | None = None,
+) -> None:
+    """Checks the inputs, then trains with `num_workers` local workers (worker 0 is chief).
+
+    Raises:
+        ConfigError, ManifestError: bad settings or shard set, before any worker starts.
+        LaunchError: a port is in use, or training failed beyond `max_restarts`.
+    """
+    preflight(config, num_workers)
+    if backend is None:
+        log_dir = log_dir or layout.join(config.train_dir, "logs")
+        backend = LocalProcessBackend(worker_argv(config), log_dir, ports)
+    # On SIGTERM (e.g. from Luigi), unwind through run_cluster's finally to stop the workers.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        run_cluster(backend, num_workers, max_restarts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,47 @@
+"""The training wrapper: all-reduces gradients explicitly so the chief can histogram them."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+from train import summaries
+
+
+class Trainer(keras.Model):
+    """Wraps the exported model; its train_step sums gradients across workers itself.
+
+    The compiled loss is already divided by the number of replicas, so the SUM of the
+    per-replica gradients is the gradient of the global mean loss, as Keras would apply.
+    """
+
+    def __init__(self, core: keras.Model, histogram_freq_steps: int) -> None:
+        super().__init__(name="trainer")
+        self.core = core
+        self.histogram_freq_steps = histogram_freq_steps
+        self.summary_writer: tf.summary.SummaryWriter | None = None
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        return self.core(inputs, training=training)
+
+    def train_step(self, data: tuple[tf.Tensor, tf.Tensor]) -> dict[str, tf.Tensor]:
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred)
+        variables = self.trainable_variables
+        grads = tape.gradient(loss, variables)
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        self._write_histograms(grads, variables)
+        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        return self.compute_metrics(x, y, y_pred, None)
+
+    def _write_histograms(self, grads: list[tf.Tensor], variables: list[tf.Variable]) -> None:
+        if self.histogram_freq_steps <= 0 or self.summary_writer is None:
+            return
+        step = self.optimizer.iterations
+        due = tf.equal(step % self.histogram_freq_steps, 0)
+        with self.summary_writer.as_default(step=step), tf.summary.record_if(due):
+            for grad, variable in zip(grads, variables, strict=True):
+                name = variable.name.split(":")[0]
+                summaries.histogram(f"gradients/{name}", grad)
