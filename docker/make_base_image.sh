@@ -36,9 +36,16 @@ fi
 start=$SECONDS
 if [[ "${FORCE:-0}" == 1 || ! -s "$TARBALL" ]]; then
   [[ "$(id -u)" == 0 ]] || die "debootstrap needs root; rerun as root (sudo $0)."
-  command -v debootstrap >/dev/null \
-    || die "debootstrap is not installed; run 'apt-get update && apt-get install -y debootstrap'."
   mkdir -p "$CACHE_DIR"
+  if ! command -v debootstrap >/dev/null; then
+    # Unattended (CI on a fresh machine): install it from Debian like everything else here.
+    command -v apt-get >/dev/null \
+      || die "debootstrap is not installed and there is no apt-get; install debootstrap."
+    log "installing debootstrap with apt-get"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; } \
+      > "$CACHE_DIR/apt-get.log" 2>&1 \
+      || die "apt-get install debootstrap failed; see $CACHE_DIR/apt-get.log."
+  fi
   rootfs="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
   trap 'rm -rf "$rootfs" "$TARBALL.tmp"' EXIT
   log "debootstrap $SUITE ($PACKAGES) from $MIRROR into $rootfs"

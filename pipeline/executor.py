@@ -21,14 +21,18 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import luigi
+
+if TYPE_CHECKING:
+    from train.config import TrainConfig
 
 LABEL = "nightly-trainer"
 IMAGE_UID = 1000  # the image's `trainer` user (docker/Dockerfile)
@@ -61,7 +65,7 @@ class DockerConfig(luigi.Config):
         description="The stages' image (docker/build_image.sh builds it).",
     )
     mounts = luigi.ListParameter(
-        default=["runs", ".cache"],
+        default=("runs", ".cache"),
         config_path={"section": "docker", "name": "mounts"},
         description="Local folders (relative to the working folder) mounted at the same "
         "absolute path; ':ro' appended mounts read-only. Every path a stage reads or writes "
@@ -209,6 +213,7 @@ class DockerExecutor:
         self.settings.prepare_volumes()
         if stage == "train" and args[:1] == ["launch"]:
             launcher = [sys.executable, "-c", _LAUNCH_SNIPPET, *self.settings_flags(), "--"]
+            _note(log, f"train launcher here, its workers in containers of {self.settings.image}")
             env = os.environ | {"TF_USE_LEGACY_KERAS": "1"}
             return subprocess.call(
                 launcher + args[1:], stdout=log, stderr=subprocess.STDOUT, env=env
@@ -217,6 +222,7 @@ class DockerExecutor:
         docker_run = ["docker", "run", "--rm", "--init"]
         docker_run += self.settings.run_args(name, {"stage": stage}, {})
         docker_run += [self.settings.image, stage, *args]
+        _note(log, shlex.join(docker_run))
         try:
             return subprocess.call(docker_run, stdout=log, stderr=subprocess.STDOUT)
         finally:
@@ -246,6 +252,11 @@ def call(command: Sequence[str], log: IO[bytes]) -> int:
     `subprocess.call(self.command(), stdout=log, stderr=subprocess.STDOUT)`.
     """
     return executor_from_config().call(command, log)
+
+
+def _note(log: IO[bytes], text: str) -> None:
+    log.write(f"[executor docker] {text}\n".encode())
+    log.flush()
 
 
 def _require_docker() -> None:
@@ -360,7 +371,7 @@ class DockerWorkerBackend:
         _docker_quiet("network", "rm", self.network)
 
 
-def _train_config_from_flags(flags: list[str]):  # -> train.config.TrainConfig
+def _train_config_from_flags(flags: list[str]) -> TrainConfig:
     """Parses `python -m train launch`'s settings flags the way train's command line does."""
     from train.config import TrainConfig
 

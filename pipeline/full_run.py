@@ -48,7 +48,7 @@ class FullRun(RunTask, luigi.WrapperTask):
         run_dir = layout.run_dir(self.output_root, self.date_str)
         if run_lock.hold_for_process(run_dir):
             _log_to_run_folder(self.output_root, self.date_str)
-            logger.info("holding %s for this run", layout.join(run_dir, run_lock.LOCK_FILE))
+            logger.info("holding the lock of %s for this run", run_dir)
         if self.force_stage is not None:
             supersede.supersede(self.output_root, self.date_str, self.force_stage)
         self._prepared = True
@@ -56,8 +56,13 @@ class FullRun(RunTask, luigi.WrapperTask):
 
 
 def _log_to_run_folder(output_root: str, date: str) -> str:
-    """Copies every log record of this process into `<run>/logs/luigi-<timestamp>.log`."""
+    """Copies luigi's and this package's log records into `<run>/logs/luigi-<timestamp>.log`.
+
+    For a remote output_root the file goes to the local `logs/<date>/` folder instead.
+    """
     logs = layout.logs_dir(output_root, date)
+    if "://" in logs:
+        logs = os.path.join("logs", date)
     os.makedirs(logs, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = layout.join(logs, f"luigi-{stamp}-pid{os.getpid()}.log")

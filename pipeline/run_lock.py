@@ -5,7 +5,8 @@ exits for any reason (crash and SIGKILL included): a stale lock cannot outlive i
 needs no pid probing. The file's text names the holder (pid, host, start, command) for the
 message a refused run prints. Forked luigi workers inherit the descriptor, so the lock stays
 held while any of them still runs. flock is local to one machine: keep `output_root` on a
-local disk (or run one scheduler host) for the guarantee to hold.
+local disk (or run one scheduler host) for the guarantee to hold. For a remote output_root
+(gs://...) the lock file lives in this machine's temporary folder instead.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import atexit
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import json
 import os
 import socket
 import sys
-
-from contract import layout
+import tempfile
 
 LOCK_FILE = ".lock"
 
@@ -33,7 +34,11 @@ class RunLock:
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
-        self.path = layout.join(run_dir, LOCK_FILE)
+        self.lock_dir = run_dir
+        if "://" in run_dir:  # flock needs a local file: one per remote run folder
+            digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+            self.lock_dir = os.path.join(tempfile.gettempdir(), "nightly-trainer-locks", digest)
+        self.path = os.path.join(self.lock_dir, LOCK_FILE)
         self._fd: int | None = None
 
     @property
@@ -48,7 +53,7 @@ class RunLock:
         """
         if self._fd is not None:
             return
-        os.makedirs(self.run_dir, exist_ok=True)
+        os.makedirs(self.lock_dir, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -69,14 +74,14 @@ class RunLock:
             if current:
                 break
             os.close(fd)
-        holder = {
+        me = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": " ".join(sys.argv),
         }
         os.ftruncate(fd, 0)
-        os.write(fd, (json.dumps(holder) + "\n").encode())
+        os.write(fd, (json.dumps(me) + "\n").encode())
         self._fd = fd
 
     def release(self) -> None:

@@ -46,7 +46,15 @@ def supersede(
 
     Returns:
         The folder they went to, or None when none of them existed.
+
+    Raises:
+        ValueError: `stage` is unknown or `output_root` is not a local folder.
     """
+    if "://" in output_root:
+        raise ValueError(
+            f"--force-stage moves folders and works on local output roots only, not "
+            f"{output_root}: move <run>/<stage> aside with gsutil mv instead"
+        )
     now = now or datetime.datetime.now(datetime.UTC)
     stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
     destination = layout.join(layout.run_dir(output_root, date), SUPERSEDED_DIR, stamp)

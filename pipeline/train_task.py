@@ -27,8 +27,7 @@ class Train(RunTask):
     epochs = luigi.IntParameter(default=15, description="Most epochs to train (at least 1).")
     per_worker_batch_size = luigi.IntParameter(
         default=128,
-        description="Examples per step on each worker; the global batch is this times "
-        "num_workers.",
+        description="Examples per step on each worker; the global batch is this times num_workers.",
     )
     learning_rate = luigi.FloatParameter(default=2e-3, description="Adam's initial learning rate.")
     early_stopping_patience = luigi.IntParameter(
@@ -105,7 +104,9 @@ class Train(RunTask):
             log.flush()
             start = log.tell()
             result: list[int] = []
-            stage = threading.Thread(target=lambda: result.append(executor.call(self.command(), log)))
+            stage = threading.Thread(
+                target=lambda: result.append(executor.call(self.command(), log))
+            )
             stage.start()
             while stage.is_alive():
                 stage.join(POLL_SECONDS)

@@ -17,7 +17,7 @@ from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from contract import atomic, layout, manifest
 from preprocess import plan, sources, transforms
@@ -144,6 +144,16 @@ def beam_options(beam_args: list[str]) -> PipelineOptions:
     """Beam's options, with the project code shipped to workers of non-direct runners."""
     options = PipelineOptions(beam_args)
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if (
+        is_direct(runner)
+        and options.view_as(DirectOptions).direct_running_mode == "multi_threading"
+    ):
+        # Seen with apache-beam 2.77: batches reaching a ParDo with a side input go missing
+        # under the FnApiRunner's threads (the manifest count check catches it, too late).
+        raise PreprocessError(
+            "--direct_running_mode=multi_threading loses elements in Beam's FnApiRunner: "
+            "use multi_processing (with --direct_num_workers) or in_memory"
+        )
     if not is_direct(runner) and "--setup_file" not in " ".join(beam_args):
         setup_file = PROJECT_ROOT / "setup.py"
         if setup_file.exists():
@@ -355,6 +365,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
             complete.
     """
     cfg.check()
+    options = beam_options(beam_args or [])
     data_dir = layout.data_dir(cfg.output_root, cfg.date)
     manifest_path = layout.join(data_dir, layout.MANIFEST_FILE)
     if tf.io.gfile.exists(manifest_path) and not cfg.overwrite:
@@ -368,7 +379,6 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
         )
         spec = sources.describe(builder)
         _check_splits(cfg, spec)
-        options = beam_options(beam_args or [])
         with _make_pipeline(options) as p:
             _build_pipeline(p, cfg, spec, staging)
         files_path = layout.join(staging, FILES_LIST)

@@ -8,6 +8,7 @@ in which a runner happens to deliver elements.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from contract import layout
@@ -41,27 +42,27 @@ class TrainPlan:
     validation_fraction: float
     max_records_per_file: int
 
-    @property
+    @functools.cached_property
     def num_validation(self) -> int:
         return num_validation_examples(self.num_examples, self.validation_fraction)
 
-    @property
+    @functools.cached_property
     def examples_per_worker(self) -> int:
         return (self.num_examples - self.num_validation) // self.num_workers
 
-    @property
+    @functools.cached_property
     def num_train(self) -> int:
         return self.examples_per_worker * self.num_workers
 
-    @property
+    @functools.cached_property
     def leftover_examples(self) -> int:
         return self.num_examples - self.num_validation - self.num_train
 
-    @property
+    @functools.cached_property
     def files_per_worker(self) -> int:
         return max(1, math.ceil(self.examples_per_worker / self.max_records_per_file))
 
-    @property
+    @functools.cached_property
     def validation_files(self) -> int:
         total = self.num_validation + self.leftover_examples
         return max(1, math.ceil(total / self.max_records_per_file))
@@ -73,14 +74,18 @@ class TrainPlan:
         train_rank = rank - self.num_validation
         if 0 <= train_rank < self.num_train:
             worker, index = divmod(train_rank, self.examples_per_worker)
-            file_index = index // self.max_records_per_file
-            path = layout.worker_file_name(
-                worker, self.num_workers, file_index, self.files_per_worker
-            )
-            return FileSlot(path, layout.TRAIN_SPLIT, worker)
+            return self._train_slot(worker, index // self.max_records_per_file)
         # Validation first, then the leftover train ranks, as one sequence.
         index = rank if train_rank < 0 else rank - self.num_train
-        file_index = index // self.max_records_per_file
+        return self._validation_slot(index // self.max_records_per_file)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019  (plans are few and small)
+    def _train_slot(self, worker: int, file_index: int) -> FileSlot:
+        path = layout.worker_file_name(worker, self.num_workers, file_index, self.files_per_worker)
+        return FileSlot(path, layout.TRAIN_SPLIT, worker)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def _validation_slot(self, file_index: int) -> FileSlot:
         path = layout.whole_split_file_name(
             layout.VALIDATION_SPLIT, file_index, self.validation_files
         )
@@ -95,7 +100,7 @@ class WholeSplitPlan:
     split: str
     max_records_per_file: int
 
-    @property
+    @functools.cached_property
     def num_files(self) -> int:
         return max(1, math.ceil(self.num_examples / self.max_records_per_file))
 

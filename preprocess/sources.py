@@ -180,10 +180,14 @@ def describe(builder: Any) -> DatasetSpec:
             f"TFDS dataset '{name}' has images of variable shape {shape}: "
             "pick a dataset with a fixed image shape"
         )
+    dataset_dir = str(builder.data_dir)
+    if "://" not in dataset_dir:
+        # Beam workers may run in another working directory.
+        dataset_dir = os.path.abspath(dataset_dir)
     return DatasetSpec(
         name=name,
         version=str(builder.info.version),
-        dataset_dir=str(builder.data_dir),
+        dataset_dir=dataset_dir,
         image_key=images[0],
         label_key=labels[0],
         image_shape=[int(d) for d in shape],

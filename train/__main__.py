@@ -1,4 +1,4 @@
-"""Command line: `python -m train launch` (local cluster) and `python -m train worker` (one worker)."""
+"""Command line: `python -m train launch` (a local cluster) and `python -m train worker` (one)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, required=True)
         else:
             kind = type(field.default)
-            parser.add_argument(flag, type=kind, default=field.default, help=f"(default {field.default})")
+            parser.add_argument(
+                flag, type=kind, default=field.default, help=f"(default {field.default})"
+            )
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_flags(launch)
     launch.add_argument("--num-workers", type=int, required=True)
     launch.add_argument("--max-restarts", type=int, default=2)
-    launch.add_argument("--ports", type=_ports, help="comma-separated loopback ports (default: free)")
+    launch.add_argument(
+        "--ports", type=_ports, help="comma-separated loopback ports (default: free)"
+    )
     launch.add_argument("--log-dir", help="worker logs (default: <train dir>/logs)")
     worker = commands.add_parser("worker", help="run one worker; the cluster comes from TF_CONFIG")
     _add_config_flags(worker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -70,7 +71,7 @@ def save_final(
                 source = os.path.join(root, name)
                 rel = os.path.relpath(source, scratch).replace(os.sep, "/")
                 target = layout.join(train_dir, rel)
-                with_retries(lambda s=source, t=target: _copy_atomic(s, t), f"copying {rel}")
+                with_retries(functools.partial(_copy_atomic, source, target), f"copying {rel}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

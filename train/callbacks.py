@@ -88,7 +88,9 @@ class RunRecorder(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.initial_step is None:
             self.initial_step = current_step(self.model)
-            log.info("START initial_epoch=%d initial_step=%d", self.initial_epoch, self.initial_step)
+            log.info(
+                "START initial_epoch=%d initial_step=%d", self.initial_epoch, self.initial_step
+            )
             self._started = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Mapping
 
 import tensorflow as tf
@@ -87,7 +89,13 @@ def make_strategy(collective_timeout_seconds: float) -> tf.distribute.Strategy:
         timeout_seconds=collective_timeout_seconds,
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
     )
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    # TF's coordination service installs a SIGTERM handler that only notes a preemption, so
+    # a stopped worker would linger until SIGKILL. Recovery comes from the launcher's restart
+    # and the backup instead: let SIGTERM end the process again.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return strategy
 
 
 def scratch_dir(info: ClusterInfo) -> str:

@@ -62,7 +62,7 @@ def validation_dataset(
     num_workers: int,
     batch_size: int,
 ) -> tf.data.Dataset:
-    """Worker `worker`'s disjoint slice of the whole validation split: finite, read once per pass."""
+    """A worker's disjoint slice of the whole validation split: finite, read once per pass."""
     files = manifest.split_paths(data_dir, shard_manifest, layout.VALIDATION_SPLIT)
     dataset = (
         tf.data.TFRecordDataset(files)

@@ -234,9 +234,7 @@ def run_cluster(
     )
 
 
-def _watch(
-    backend: WorkerBackend, num_workers: int, tail: _Tail
-) -> tuple[int, int] | None:
+def _watch(backend: WorkerBackend, num_workers: int, tail: _Tail) -> tuple[int, int] | None:
     """Waits until the chief finishes (None) or some worker fails ((index, exit code))."""
     while True:
         tail.pump()

@@ -33,7 +33,9 @@ class Trainer(keras.Model):
         grads = tape.gradient(loss, variables)
         grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
         self._write_histograms(grads, variables)
-        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        self.optimizer.apply_gradients(
+            zip(grads, variables, strict=True), skip_gradients_aggregation=True
+        )
         return self.compute_metrics(x, y, y_pred, None)
 
     def _write_histograms(self, grads: list[tf.Tensor], variables: list[tf.Variable]) -> None:

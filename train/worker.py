@@ -86,7 +86,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
         trainer.build((None, *image_shape))
 
     if chief:
-        writer = tf.summary.create_file_writer(layout.join(config.train_dir, layout.TENSORBOARD_DIR))
+        writer = tf.summary.create_file_writer(
+            layout.join(config.train_dir, layout.TENSORBOARD_DIR)
+        )
     else:
         writer = tf.summary.create_noop_writer()
     trainer.summary_writer = writer
@@ -131,7 +133,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
     if config.reduce_lr_patience > 0:
         stack.append(
             keras.callbacks.ReduceLROnPlateau(
-                monitor="val_loss", factor=config.reduce_lr_factor, patience=config.reduce_lr_patience
+                monitor="val_loss",
+                factor=config.reduce_lr_factor,
+                patience=config.reduce_lr_patience,
             )
         )
     if chief:
@@ -169,5 +173,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         artifacts.write_config(config, config.train_dir)
         artifacts.write_history(config.train_dir, document)
         writer.close()
-    log.info("done: %d epochs, %d steps", document["epochs_completed"], document["steps_trained_total"])
+    log.info(
+        "done: %d epochs, %d steps", document["epochs_completed"], document["steps_trained_total"]
+    )
     return document

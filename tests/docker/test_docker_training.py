@@ -19,17 +19,18 @@ from tests import factories
 pytestmark = pytest.mark.docker
 
 PER_WORKER = 256
+BATCH = 16
 SETTINGS = {
     "model": "mlp",
     "epochs": 3,
-    "per_worker_batch_size": 16,
+    "per_worker_batch_size": BATCH,
     "validation_batch_size": 64,
     "save_freq_steps": 5,
     "early_stopping_patience": 0,
     "reduce_lr_patience": 0,
     "collective_timeout_seconds": 60.0,
 }
-STEPS_PER_EPOCH = PER_WORKER // SETTINGS["per_worker_batch_size"]
+STEPS_PER_EPOCH = PER_WORKER // BATCH
 
 
 def launch_command(data_dir: str, train_dir: str, **overrides) -> list[str]:

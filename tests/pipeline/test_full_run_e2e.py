@@ -53,14 +53,16 @@ class Runner:
             "--Evaluate-min-accuracy=0",
         ]
 
-    def command(self, date: str, *extra: str, scheduler: tuple[str, ...] = ()) -> list[str]:
+    def command(
+        self, date: str, *extra: str, scheduler: tuple[str, ...] = (), task: str = "FullRun"
+    ) -> list[str]:
         return [
             sys.executable,
             "-m",
             "luigi",
             "--module",
             "pipeline",
-            "FullRun",
+            task,
             *(scheduler or ("--local-scheduler",)),
             f"--date={date}",
             f"--output-root={self.root}",
@@ -165,13 +167,11 @@ def test_second_run_does_nothing(runner, first_run):
     assert mtimes(runner.run_dir()) == before
 
 
-def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing(
-    runner, first_run
-):
+def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing(runner, first_run):
     _, before = first_run
     run = runner.run_dir()
     pointer_path = runner.root / layout.LATEST_POINTER_FILE
-    pointer_before = pointer_path.read_text()
+    pointer_before = json.loads(pointer_path.read_text())
     result = runner.run(DATE, "--force-stage=evaluate", "--Evaluate-min-accuracy=0.999")
     assert result.returncode == 0, summary(result)
     text = summary(result)
@@ -189,16 +189,29 @@ def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing
     blessing = json.loads((run / "evaluate" / "blessing.json").read_text())
     assert not blessing["blessed"]
     assert any("below min_accuracy 0.9990" in reason for reason in blessing["reasons"])
-    assert pointer_path.read_text() == pointer_before
+    # Not blessed: latest still names the first model; its metrics followed them aside.
+    pointer = json.loads(pointer_path.read_text())
+    assert pointer.pop("metrics_path") == str(superseded / "evaluate" / "metrics.json")
+    pointer_before.pop("metrics_path")
+    assert pointer == pointer_before
 
 
-def test_failing_train_exits_non_zero_without_metrics(runner, first_run):
+def test_failing_train_exits_non_zero_then_train_alone_reruns(runner, first_run):
     date = "2026-02-01"
     runner.copy_data(date)
     result = runner.run(date, "--Train-model=nope")
     assert result.returncode == RETCODE_TASK_FAILED, summary(result)
     assert "unknown model 'nope'" in result.stdout + result.stderr
+    assert not (runner.run_dir(date) / "train" / "history.json").exists()
     assert not (runner.run_dir(date) / "evaluate" / "metrics.json").exists()
+
+    # `luigi --module pipeline Train --date D` runs just the missing Train.
+    result = runner.run(date, task="Train")
+    assert result.returncode == 0, summary(result)
+    ran = summary(result)[summary(result).index("ran successfully") :]
+    assert "- 1 Train(" in ran and "Preprocess(" not in ran and "Evaluate(" not in ran
+    assert (runner.run_dir(date) / "train" / "history.json").is_file()
+    assert not (runner.run_dir(date) / "evaluate").exists()
 
 
 def _free_port() -> int:

@@ -84,3 +84,15 @@ def test_hold_for_process_is_idempotent(tmp_path):
     finally:
         run_lock._release_all()
     assert not os.path.exists(os.path.join(run_dir, ".lock"))
+
+
+def test_remote_run_folder_is_locked_locally():
+    first = run_lock.RunLock("gs://bucket/runs/2026-01-31")
+    assert not first.path.startswith("gs:") and os.path.isabs(first.path)
+    assert run_lock.RunLock("gs://bucket/runs/2026-02-01").path != first.path
+    first.acquire()
+    try:
+        with pytest.raises(run_lock.RunLockedError, match="gs://bucket/runs/2026-01-31"):
+            run_lock.RunLock("gs://bucket/runs/2026-01-31").acquire()
+    finally:
+        first.release()

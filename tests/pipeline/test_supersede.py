@@ -80,3 +80,8 @@ def test_latest_pointer_of_another_run_is_untouched(run_root):
     atomic.write_json_atomic(pointer_path, other)
     supersede.supersede(run_root, DATE, "train", now=NOW)
     assert atomic.read_json(pointer_path) == other
+
+
+def test_remote_output_root_is_refused_with_advice():
+    with pytest.raises(ValueError, match="local output roots only, not gs://bucket/runs"):
+        supersede.supersede("gs://bucket/runs", DATE, "train")

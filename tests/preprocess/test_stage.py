@@ -137,3 +137,18 @@ def test_unwritable_output_folder(make_config, tmp_path):
     cfg = make_config(output_root=str(blocker / "runs"))
     with pytest.raises(PreprocessError, match=r"cannot write to output folder .*a-file/runs/"):
         run_preprocess(cfg)
+
+
+def test_multi_threading_mode_is_refused(make_config):
+    cfg = make_config()
+    with pytest.raises(PreprocessError, match="multi_threading loses elements"):
+        run_preprocess(cfg, ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    run_dir = os.path.dirname(data_dir_of(cfg))
+    assert not os.path.exists(run_dir) or os.listdir(run_dir) == []
+
+
+def test_missing_sources_for_a_fresh_build_leave_nothing(make_config, tmp_path):
+    cfg = make_config(data_dir=str(tmp_path / "fresh-tfds"), manual_dir=str(tmp_path / "empty"))
+    with pytest.raises(PreprocessError, match=r"source file missing: .*empty/t10k-images"):
+        run_preprocess(cfg)
+    assert os.listdir(os.path.dirname(data_dir_of(cfg))) == []

@@ -8,9 +8,9 @@ import socket
 import pytest
 
 from contract import layout, manifest
+from tests.train.conftest import SMALL_RUN, write_small_shard_set
 from train import __main__ as cli
 from train.launcher import BAD_INPUT_EXIT_CODE
-from tests.train.conftest import SMALL_RUN, write_small_shard_set
 
 
 def launch_args(data_dir: str, train_dir: str, **overrides) -> list[str]:
@@ -81,7 +81,9 @@ def test_unknown_model(capsys, dirs):
 
 def test_epochs_below_one(capsys, dirs):
     data_dir, train_dir = dirs
-    fails_with(capsys, launch_args(data_dir, train_dir, epochs=0), "epochs must be at least 1, got 0")
+    fails_with(
+        capsys, launch_args(data_dir, train_dir, epochs=0), "epochs must be at least 1, got 0"
+    )
     assert backup_intact(train_dir)
 
 

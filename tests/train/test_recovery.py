@@ -10,6 +10,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from contract import layout
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import SMALL_RUN, launch_argv, train_env, write_small_shard_set
@@ -28,13 +30,12 @@ def log_text(train_dir: str, worker: int) -> str:
         return f.read()
 
 
+@pytest.mark.e2e
 def test_killed_worker_restarts_cluster_and_resumes_from_backup(tmp_path, run_train):
     data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
     write_small_shard_set(data_dir)
     kill_step = STEPS_PER_EPOCH + 7  # mid-epoch, in the second epoch
-    proc = run_train(
-        data_dir, train_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=f"1:{kill_step}")
-    )
+    proc = run_train(data_dir, train_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=f"1:{kill_step}"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "worker 1 died" in proc.stdout and "restarting the cluster" in proc.stdout
     assert f"FAULT killing myself at step {kill_step}" in log_text(train_dir, 1)
@@ -58,6 +59,7 @@ def test_killed_worker_restarts_cluster_and_resumes_from_backup(tmp_path, run_tr
     assert leftovers == []
 
 
+@pytest.mark.e2e
 def test_killed_train_resumes_on_rerun(tmp_path, run_train):
     data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
     write_small_shard_set(data_dir)

@@ -111,7 +111,9 @@ def test_validation_is_exact_over_every_example(finished_run):
 
 
 def _events(train_dir: str) -> list:
-    files = glob.glob(os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True)
+    files = glob.glob(
+        os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True
+    )
     assert files, "no TensorBoard event file"
     return [e for f in files for e in tf.compat.v1.train.summary_iterator(f)]
 
@@ -137,7 +139,16 @@ def test_tensorboard_has_scalars_and_gradient_histograms(finished_run):
 
 def test_only_the_chief_leaves_files(finished_run):
     _, train_dir, _ = finished_run
-    leftovers = [p for p in glob.glob(os.path.join(train_dir, "**"), recursive=True) if "workertemp" in p]
+    leftovers = [
+        p for p in glob.glob(os.path.join(train_dir, "**"), recursive=True) if "workertemp" in p
+    ]
     assert leftovers == []
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
-    assert len(glob.glob(os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True)) == 1
+    assert (
+        len(
+            glob.glob(
+                os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True
+            )
+        )
+        == 1
+    )

@@ -22,8 +22,12 @@ def test_tf_config_round_trip():
 
 def test_tfjob_chief_counts_as_worker_zero():
     spec = {"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]}}
-    chief = cluster.read_cluster({"TF_CONFIG": json.dumps({**spec, "task": {"type": "chief", "index": 0}})})
-    worker = cluster.read_cluster({"TF_CONFIG": json.dumps({**spec, "task": {"type": "worker", "index": 1}})})
+    chief = cluster.read_cluster(
+        {"TF_CONFIG": json.dumps({**spec, "task": {"type": "chief", "index": 0}})}
+    )
+    worker = cluster.read_cluster(
+        {"TF_CONFIG": json.dumps({**spec, "task": {"type": "worker", "index": 1}})}
+    )
     assert (chief.worker_index, chief.is_chief, chief.num_workers) == (0, True, 3)
     assert (worker.worker_index, worker.is_chief) == (2, False)
 

@@ -1,0 +1,130 @@
+"""Preprocess throughput: the Beam stage against a plain single-process TFRecordWriter loop.
+
+Both convert the same examples (Fashion-MNIST train + test, 70,000) from the prepared TFDS
+dataset into TFRecords of contract.records.encode_example. Each variant runs in a fresh
+process that reports the seconds of the work itself (imports excluded, Beam's worker start-up
+included) and its peak resident memory, children included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.result import Result
+from tests import factories
+
+DATASET = "fashion_mnist"
+DATA_DIR = str(factories.PROJECT_ROOT / ".cache" / "tensorflow_datasets")
+VARIANTS = {
+    "beam-2proc": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    "beam-1proc": [],
+}
+ROUNDS = 2
+
+
+def _peak_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
+
+
+def baseline(out_dir: str) -> int:
+    """The plain loop: read each split with tfds, encode, write with one TFRecordWriter."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from contract import records
+
+    builder = tfds.builder(DATASET, data_dir=DATA_DIR)
+    count = 0
+    for split in ("train", "test"):
+        path = os.path.join(out_dir, f"{split}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+                writer.write(records.encode_example(example["image"], example["label"]))
+                count += 1
+    return count
+
+
+def candidate(out_dir: str, beam_args: list[str]) -> int:
+    """The preprocess stage as the pipeline runs it."""
+    from preprocess import PreprocessConfig, run_preprocess
+
+    cfg = PreprocessConfig(output_root=out_dir, date="2026-01-01", data_dir=DATA_DIR)
+    doc = run_preprocess(cfg, beam_args)
+    return sum(f["num_examples"] for f in doc["files"])
+
+
+def _measure(variant: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{variant}-") as out_dir:
+        result = subprocess.run(
+            [sys.executable, "-m", "bench.bench_preprocess", variant, out_dir],
+            capture_output=True,
+            text=True,
+            cwd=factories.PROJECT_ROOT,
+            env=os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+    if result.returncode != 0:
+        raise RuntimeError(f"bench variant {variant} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run() -> list[Result]:
+    """Prepares the dataset once, then measures every variant ROUNDS times (best kept)."""
+    from preprocess import sources
+
+    sources.prepare_dataset(DATASET, DATA_DIR, str(factories.FASHION_MNIST_DIR))
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(ROUNDS):
+        for variant in ("baseline", *VARIANTS):
+            m = _measure(variant)
+            if variant not in best or m["seconds"] < best[variant]["seconds"]:
+                best[variant] = m
+    base = best["baseline"]
+    base_rate = base["examples"] / base["seconds"]
+    results = []
+    for variant in VARIANTS:
+        m = best[variant]
+        results.append(
+            Result(
+                benchmark=f"preprocess {DATASET} train+test",
+                candidate=f"Beam stage, {variant}",
+                baseline="tfds loop + TFRecordWriter",
+                candidate_value=m["examples"] / m["seconds"],
+                baseline_value=base_rate,
+                unit="examples/s",
+                target_ratio=1.5,
+                notes=(
+                    f"{variant}: {m['examples']:.0f} examples in {m['seconds']:.1f} s, "
+                    f"peak RSS {m['peak_rss_mb']:.0f} MB; baseline {base['seconds']:.1f} s, "
+                    f"peak RSS {base['peak_rss_mb']:.0f} MB; best of {ROUNDS} rounds, "
+                    f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+                ),
+            )
+        )
+    return results
+
+
+def main(argv: list[str]) -> None:
+    """One measurement in this process: `python -m bench.bench_preprocess VARIANT OUT_DIR`."""
+    variant, out_dir = argv
+    import tensorflow  # noqa: F401  (imports are not part of the measured work)
+    import tensorflow_datasets  # noqa: F401
+
+    import preprocess  # noqa: F401
+
+    start = time.perf_counter()
+    run_variant = baseline if variant == "baseline" else lambda d: candidate(d, VARIANTS[variant])
+    examples = run_variant(out_dir)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"examples": examples, "seconds": seconds, "peak_rss_mb": _peak_rss_mb()}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,199 @@
+"""Train-stage benchmarks: shard input vs in-memory, two workers vs one process, pre-sharding.
+
+Each candidate and its baseline run in the same invocation on a shard set written here from
+the real Fashion-MNIST images (tests.factories), so the ratios hold on the measuring machine.
+Training throughputs come from separate processes (thread pools are fixed per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.result import Result
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PER_WORKER = 15000  # two workers: 30k train examples
+NUM_VALIDATION = 2000
+BATCH = 128  # per worker
+INPUT_STEPS = 120
+
+
+def _env(threads: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": PROJECT_ROOT,
+        "OMP_NUM_THREADS": str(threads),
+    }
+
+
+def _measure(kind: str, data_dir: str) -> float:
+    """Runs `python -m bench.bench_train <kind> <data_dir>` and returns the number it prints."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_train", kind, data_dir],
+        cwd=PROJECT_ROOT,
+        env=_env(2),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def _fit_rate(dataset, steps: int) -> float:
+    """Examples per second of `fit` on `dataset` for `steps` steps after a warm-up epoch."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from train import models
+
+    tf.config.threading.set_intra_op_parallelism_threads(2)
+    model = models.build("cnn", [28, 28, 1], 10)
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy", ["accuracy"])
+    model.fit(dataset, steps_per_epoch=20, epochs=1, verbose=0)
+    started = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+    return steps * BATCH / (time.perf_counter() - started)
+
+
+def shard_input_rate(data_dir: str) -> float:
+    """Training rate of one process on worker 0's shard files through train's input pipeline."""
+    from contract import manifest
+    from train import data
+
+    shard_manifest = manifest.read_manifest(data_dir)
+    return _fit_rate(data.train_dataset(data_dir, shard_manifest, 0, BATCH, seed=1), INPUT_STEPS)
+
+
+def memory_input_rate(data_dir: str) -> float:
+    """Training rate of the same model on the same examples held as in-memory tensors."""
+    import numpy as np
+    import tensorflow as tf
+
+    from contract import manifest, records
+
+    shard_manifest = manifest.read_manifest(data_dir)
+    files = manifest.shard_paths_for_worker(data_dir, shard_manifest, 0)
+    serialized = list(tf.data.TFRecordDataset(files).as_numpy_iterator())
+    images, labels = records.parse_batch(tf.constant(serialized), [28, 28, 1])
+    images = tf.constant(np.asarray(images, np.float32))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((images, labels))
+        .shuffle(len(serialized), seed=1)
+        .repeat()
+        .batch(BATCH, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return _fit_rate(dataset, INPUT_STEPS)
+
+
+def _train_rate(data_dir: str, train_dir: str, num_workers: int, threads: int) -> float:
+    """examples_per_second from history.json of a real train run (two epochs)."""
+    settings = {
+        "data_dir": data_dir,
+        "train_dir": train_dir,
+        "epochs": 2,
+        "per_worker_batch_size": 2 * BATCH // num_workers,
+        "threads_per_worker": threads,
+        "early_stopping_patience": 0,
+        "reduce_lr_patience": 0,
+    }
+    command = "launch" if num_workers > 1 else "worker"
+    argv = [sys.executable, "-m", "train", command]
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    if num_workers > 1:
+        argv += ["--num-workers", str(num_workers), "--max-restarts", "0"]
+    subprocess.run(argv, cwd=PROJECT_ROOT, env=_env(threads), capture_output=True, check=True)
+    with open(os.path.join(train_dir, "history.json")) as f:
+        return float(json.load(f)["examples_per_second"])
+
+
+def read_rate(data_dir: str, pre_sharded: bool, num_workers: int = 4) -> float:
+    """Examples per second worker 0 gets: its own files, or every file through Dataset.shard."""
+    import tensorflow as tf
+
+    from contract import layout, manifest, records
+
+    shard_manifest = manifest.read_manifest(data_dir)
+    if pre_sharded:
+        dataset = tf.data.TFRecordDataset(
+            manifest.shard_paths_for_worker(data_dir, shard_manifest, 0)
+        )
+    else:
+        files = manifest.split_paths(data_dir, shard_manifest, layout.TRAIN_SPLIT)
+        dataset = tf.data.TFRecordDataset(files).shard(num_workers, 0)
+    dataset = dataset.batch(256).map(lambda s: records.parse_batch(s, [28, 28, 1]))
+    started = time.perf_counter()
+    count = sum(int(labels.shape[0]) for _, labels in dataset)
+    return count / (time.perf_counter() - started)
+
+
+def run() -> list[Result]:
+    from tests import factories
+
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as root:
+        two = os.path.join(root, "two")
+        one = os.path.join(root, "one")
+        four = os.path.join(root, "four")
+        factories.write_shard_set(two, 2, PER_WORKER, NUM_VALIDATION, 10)
+        factories.write_shard_set(one, 1, 2 * PER_WORKER, NUM_VALIDATION, 10)
+        factories.write_shard_set(four, 4, 14000, NUM_VALIDATION, 10)
+
+        shard_rate = _measure("shard-input", two)
+        memory_rate = _measure("memory-input", two)
+        workers_rate = _train_rate(two, os.path.join(root, "t2"), 2, 1)
+        process_rate = _train_rate(one, os.path.join(root, "t1"), 1, 2)
+        # Best of two passes each, so neither side pays for a cold page cache alone.
+        presharded = max(_measure("read-presharded", four) for _ in range(2))
+        on_the_fly = max(_measure("read-shard", four) for _ in range(2))
+    return [
+        Result(
+            "train input: shard files vs in-memory tensors",
+            "TFRecord shards (train.data)",
+            "in-memory tensors",
+            shard_rate,
+            memory_rate,
+            "ex/s",
+            0.97,
+            notes="one process, 2 threads, cnn, per-step batch 128",
+        ),
+        Result(
+            "training: 2 MWMS workers x 1 thread vs 1 process x 2 threads",
+            "2 workers x 1 thread",
+            "1 process x 2 threads",
+            workers_rate,
+            process_rate,
+            "ex/s",
+            0.95,
+            notes="cnn, global batch 256, 2 epochs of 30k incl. exact validation; "
+            "examples_per_second from history.json",
+        ),
+        Result(
+            "per-worker read rate, 4 workers: pre-sharded files vs Dataset.shard",
+            "own pre-sharded files",
+            "all files + Dataset.shard(4, i)",
+            presharded,
+            on_the_fly,
+            "ex/s",
+            3.0,
+            notes="read + parse of worker 0's 14k examples",
+        ),
+    ]
+
+
+MEASUREMENTS = {
+    "shard-input": shard_input_rate,
+    "memory-input": memory_input_rate,
+    "read-presharded": lambda d: read_rate(d, pre_sharded=True),
+    "read-shard": lambda d: read_rate(d, pre_sharded=False),
+}
+
+if __name__ == "__main__":
+    print(MEASUREMENTS[sys.argv[1]](sys.argv[2]))

@@ -1,0 +1,34 @@
+"""docker/k8s/tfjob.yaml: two workers of the stages' image, non-root, on one shared claim."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.factories import PROJECT_ROOT
+
+
+def documents() -> dict[str, dict]:
+    with open(PROJECT_ROOT / "docker" / "k8s" / "tfjob.yaml") as f:
+        return {doc["kind"]: doc for doc in yaml.safe_load_all(f)}
+
+
+def test_tfjob_runs_two_train_workers_on_the_shared_claim():
+    docs = documents()
+    claim = docs["PersistentVolumeClaim"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    worker = docs["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2
+    pod = worker["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["name"] == "tensorflow"
+    assert container["args"][:2] == ["train", "worker"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mount = container["volumeMounts"][0]["mountPath"]
+    paths = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--")][:2]
+    assert all(path.startswith(mount + "/") for path in paths)
+
+
+def test_tfjob_pods_run_as_the_image_user_and_restart_together():
+    worker = documents()["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["template"]["spec"]["securityContext"]["runAsUser"] == 1000
+    assert worker["restartPolicy"] == "OnFailure"
