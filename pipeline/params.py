@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime
 
 import luigi
+from luigi.parameter import ConfigPath
 
 
-def _from_preprocess(name: str) -> dict[str, str]:
+def _from_preprocess(name: str) -> ConfigPath:
     return {"section": "Preprocess", "name": name}
 
 
