@@ -26,10 +26,10 @@ class Train(RunTask):
     model = luigi.Parameter(default="cnn", description="Model architecture by name (cnn, mlp).")
     epochs = luigi.IntParameter(default=15, description="Most epochs to train (at least 1).")
     per_worker_batch_size = luigi.IntParameter(
-        default=128,
+        default=256,
         description="Examples per step on each worker; the global batch is this times num_workers.",
     )
-    learning_rate = luigi.FloatParameter(default=2e-3, description="Adam's initial learning rate.")
+    learning_rate = luigi.FloatParameter(default=3e-3, description="Adam's initial learning rate.")
     early_stopping_patience = luigi.IntParameter(
         default=4,
         description="Epochs without a better val_loss before training stops (best weights are "

@@ -36,8 +36,9 @@ class ReadTfdsChunk(beam.DoFn):
     """Reads one range of a prepared TFDS split and emits batches of encoded records.
 
     TFRecord-backed datasets are parsed and decoded a batch at a time in one tf.data graph
-    (TFDS's own per-example reader costs more than everything else in this stage); images are
-    decoded by the dataset's own Image feature, so pixels are exactly what TFDS yields.
+    (TFDS's own per-example reader costs more than everything else in this stage); images go
+    through tf.io.decode_image, the decoder TFDS's Image feature uses, so pixels match TFDS.
+    Other file formats (array_record) fall back to TFDS's reader.
     """
 
     def __init__(self, dataset_dir: str, image_key: str, label_key: str, batch_size: int):

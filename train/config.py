@@ -20,8 +20,8 @@ class TrainConfig:
     train_dir: str
     model: str = "cnn"
     epochs: int = 15
-    per_worker_batch_size: int = 128
-    learning_rate: float = 2e-3
+    per_worker_batch_size: int = 256
+    learning_rate: float = 3e-3
     validation_batch_size: int = 500
     early_stopping_patience: int = 4
     reduce_lr_patience: int = 2

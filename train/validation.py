@@ -7,8 +7,10 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
+from contract.manifest import ManifestError
 
-class ValidationCountError(RuntimeError):
+
+class ValidationCountError(ManifestError):
     """The workers together scored a different number of examples than the manifest lists."""
 
 

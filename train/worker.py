@@ -54,26 +54,10 @@ def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, An
     return shard_manifest
 
 
-def run(config: TrainConfig) -> dict[str, Any]:
-    """Trains as one worker of the cluster in TF_CONFIG (a cluster of one without it).
-
-    Returns:
-        The history document; the chief has also written it, last, to the train folder.
-    """
-    started = time.perf_counter()
-    info = cluster.read_cluster()
-    attempt = cluster.attempt_number()
-    shard_manifest = check_inputs(config, info)
-    cluster.configure_threads(config.threads_per_worker)
-    strategy = cluster.make_strategy(config.collective_timeout_seconds)
-    chief = cluster.may_write_real_paths(info)
-    steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
-    global_batch = config.per_worker_batch_size * info.num_workers
-    log.info(
-        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d",
-        info.worker_index, info.num_workers, chief, attempt, steps, global_batch,
-    )  # fmt: skip
-
+def build_trainer(
+    config: TrainConfig, shard_manifest: dict[str, Any], strategy: tf.distribute.Strategy
+) -> tuple[keras.Model, Trainer]:
+    """The exported model and its compiled training wrapper, both made inside the scope."""
     image_shape = shard_manifest["image_shape"]
     with strategy.scope():
         core = models.build(config.model, image_shape, shard_manifest["num_classes"])
@@ -84,13 +68,72 @@ def run(config: TrainConfig) -> dict[str, Any]:
             metrics=["accuracy"],
         )
         trainer.build((None, *image_shape))
+    return core, trainer
 
-    if chief:
-        writer = tf.summary.create_file_writer(
-            layout.join(config.train_dir, layout.TENSORBOARD_DIR)
+
+def callback_stack(
+    config: TrainConfig,
+    info: cluster.ClusterInfo,
+    validation: ExactValidation,
+    recorder: callbacks.RunRecorder,
+    writer: tf.summary.SummaryWriter,
+) -> tuple[list[keras.callbacks.Callback], keras.callbacks.EarlyStopping | None]:
+    """The callbacks in the order that matters: validation before anything reading val_loss."""
+    stack = [
+        recorder,
+        callbacks.FaultInjection(info.worker_index, cluster.attempt_number()),
+        keras.callbacks.BackupAndRestore(
+            layout.join(config.train_dir, layout.BACKUP_DIR), save_freq=config.save_freq_steps
+        ),
+        validation,
+        callbacks.LearningRateLog(),  # the rate the epoch used, before ReduceLROnPlateau
+    ]
+    early_stopping = None
+    if config.early_stopping_patience > 0:
+        early_stopping = keras.callbacks.EarlyStopping(
+            monitor="val_loss", patience=config.early_stopping_patience, restore_best_weights=True
         )
-    else:
-        writer = tf.summary.create_noop_writer()
+        stack.append(early_stopping)
+    if config.reduce_lr_patience > 0:
+        stack.append(
+            keras.callbacks.ReduceLROnPlateau(
+                monitor="val_loss",
+                factor=config.reduce_lr_factor,
+                patience=config.reduce_lr_patience,
+            )
+        )
+    if cluster.may_write_real_paths(info):
+        stack.append(callbacks.ChiefTensorBoard(writer, config.scalar_freq_steps))
+    stack.append(recorder.epoch_end_hook())
+    return stack, early_stopping
+
+
+def run(config: TrainConfig) -> dict[str, Any]:
+    """Trains as one worker of the cluster in TF_CONFIG (a cluster of one without it).
+
+    Returns:
+        The history document; the chief has also written it, last, to the train folder.
+
+    Raises:
+        ConfigError, ManifestError: bad settings or input, found before any training.
+    """
+    started = time.perf_counter()
+    info = cluster.read_cluster()
+    shard_manifest = check_inputs(config, info)
+    cluster.configure_threads(config.threads_per_worker)
+    strategy = cluster.make_strategy(config.collective_timeout_seconds)
+    chief = cluster.may_write_real_paths(info)
+    steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
+    global_batch = config.per_worker_batch_size * info.num_workers
+    log.info(
+        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d",
+        info.worker_index, info.num_workers, chief, cluster.attempt_number(), steps, global_batch,
+    )  # fmt: skip
+    core, trainer = build_trainer(config, shard_manifest, strategy)
+    tensorboard_dir = layout.join(config.train_dir, layout.TENSORBOARD_DIR)
+    writer = (
+        tf.summary.create_file_writer(tensorboard_dir) if chief else tf.summary.create_noop_writer()
+    )
     trainer.summary_writer = writer
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -115,33 +158,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     )
     epochs_path = layout.join(config.train_dir, artifacts.EPOCHS_FILE) if chief else None
     recorder = callbacks.RunRecorder(epochs_path, config.epochs, global_batch)
-    stack: list[keras.callbacks.Callback] = [
-        recorder,
-        callbacks.FaultInjection(info.worker_index, attempt),
-        keras.callbacks.BackupAndRestore(
-            layout.join(config.train_dir, layout.BACKUP_DIR), save_freq=config.save_freq_steps
-        ),
-        validation,  # before everything that reads val_loss
-        callbacks.LearningRateLog(),
-    ]
-    early_stopping = None
-    if config.early_stopping_patience > 0:
-        early_stopping = keras.callbacks.EarlyStopping(
-            monitor="val_loss", patience=config.early_stopping_patience, restore_best_weights=True
-        )
-        stack.append(early_stopping)
-    if config.reduce_lr_patience > 0:
-        stack.append(
-            keras.callbacks.ReduceLROnPlateau(
-                monitor="val_loss",
-                factor=config.reduce_lr_factor,
-                patience=config.reduce_lr_patience,
-            )
-        )
-    if chief:
-        stack.append(callbacks.ChiefTensorBoard(writer, config.scalar_freq_steps))
-    stack.append(recorder.epoch_end_hook())
-
+    stack, early_stopping = callback_stack(config, info, validation, recorder, writer)
     trainer.fit(
         keras.utils.experimental.DatasetCreator(dataset_fn),
         epochs=config.epochs,
@@ -165,13 +182,13 @@ def run(config: TrainConfig) -> dict[str, Any]:
         "per_worker_batch_size": config.per_worker_batch_size,
         "model": config.model,
         "validation_examples": validation.expected_count,
-        "attempt": attempt,
+        "attempt": cluster.attempt_number(),
         "resumed_from_step": recorder.initial_step,
     }
     if chief:
         artifacts.remove_backup(config.train_dir)
         artifacts.write_config(config, config.train_dir)
-        artifacts.write_history(config.train_dir, document)
+        artifacts.write_history(config.train_dir, document)  # last: Luigi's completion marker
         writer.close()
     log.info(
         "done: %d epochs, %d steps", document["epochs_completed"], document["steps_trained_total"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -41,13 +42,13 @@ def test_command_maps_every_parameter():
 
 
 def test_stage_parses_the_command():
-    from preprocess import pipeline
+    from preprocess import config
 
     args = preprocess_args("runs", "2026-01-31", "mnist", 4, 0.25, "/tfds", seed="7")
-    parser = pipeline.argparse.ArgumentParser(allow_abbrev=False)
-    pipeline.add_arguments(parser)
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    config.add_arguments(parser)
     known, beam_args = parser.parse_known_args(args[1:] + ["--runner=DirectRunner"])
-    cfg = pipeline.config_from_args(known)
+    cfg = config.config_from_args(known)
     assert (cfg.dataset, cfg.num_workers, cfg.validation_fraction, cfg.seed) == (
         "mnist",
         4,

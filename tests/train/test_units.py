@@ -74,3 +74,29 @@ def test_histogram_buckets_count_every_value():
     assert buckets[0, 0] == -1.0 and buckets[-1, 1] == 3.0
     constant = summaries.histogram_buckets(tf.zeros([5])).numpy()
     assert constant[:, 2].sum() == 5
+
+
+def test_file_io_is_retried_with_backoff():
+    from train import artifacts
+
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError("transient")
+        return "done"
+
+    assert artifacts.with_retries(flaky, "flaky", attempts=3, first_delay=0.001) == "done"
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(OSError, match="transient"):
+        artifacts.with_retries(flaky, "flaky", attempts=2, first_delay=0.001)
+    assert len(calls) == 2
+
+
+def test_best_epoch_is_one_based():
+    from train import artifacts
+
+    assert artifacts.best_epoch([0.5, 0.3, 0.4]) == 2
+    assert artifacts.best_epoch([]) == 0

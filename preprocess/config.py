@@ -1,0 +1,121 @@
+"""The preprocess stage's own parameters and their command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+
+from preprocess.errors import PreprocessError
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessConfig:
+    """The stage's own parameters (Beam's options travel separately)."""
+
+    output_root: str
+    date: str
+    dataset: str = "fashion_mnist"
+    num_workers: int = 2
+    validation_fraction: float = 0.1
+    data_dir: str = ".cache/tensorflow_datasets"
+    manual_dir: str | None = None
+    manual_checksums: str | None = None
+    train_split: str = "train"
+    eval_split: str = "test"
+    seed: str = "0"
+    max_records_per_file: int = 100_000
+    read_chunk_size: int = 10_000
+    batch_size: int = 1_000
+    overwrite: bool = False
+
+    def check(self) -> None:
+        """Rejects parameter values the job cannot honour.
+
+        Raises:
+            PreprocessError: naming the parameter and its allowed range.
+        """
+        try:
+            datetime.date.fromisoformat(self.date)
+        except ValueError:
+            raise PreprocessError(f"date must be YYYY-MM-DD, got '{self.date}'") from None
+        if self.num_workers < 1:
+            raise PreprocessError(f"num_workers must be at least 1, got {self.num_workers}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise PreprocessError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
+        for name in ("max_records_per_file", "read_chunk_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise PreprocessError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the stage's own flags (everything else on the command line goes to Beam)."""
+    d = PreprocessConfig(output_root="", date="")
+    parser.add_argument(
+        "--output_root",
+        "--output-root",
+        required=True,
+        help="folder (local or gs://) holding one subfolder per run date",
+    )
+    parser.add_argument(
+        "--date",
+        default=datetime.date.today().isoformat(),
+        help="run date YYYY-MM-DD; output goes to <output_root>/<date>/data",
+    )
+    parser.add_argument("--dataset", default=d.dataset, help="TFDS image-classification dataset")
+    parser.add_argument(
+        "--num_workers",
+        "--num-workers",
+        type=int,
+        default=d.num_workers,
+        help="number of training workers the train split is cut for",
+    )
+    parser.add_argument(
+        "--validation_fraction",
+        "--validation-fraction",
+        type=float,
+        default=d.validation_fraction,
+        help="share of the train split held out for validation, in [0, 1)",
+    )
+    parser.add_argument("--data_dir", "--data-dir", default=d.data_dir, help="TFDS data folder")
+    parser.add_argument(
+        "--manual_dir",
+        "--manual-dir",
+        default=None,
+        help="folder with the dataset's source files (offline build); omit to let TFDS download",
+    )
+    parser.add_argument(
+        "--manual_checksums",
+        "--manual-checksums",
+        default=None,
+        help="sha256sum file of the source files (default preprocess/sources/<dataset>.sha256)",
+    )
+    parser.add_argument("--train_split", default=d.train_split, help="TFDS split to train on")
+    parser.add_argument("--eval_split", default=d.eval_split, help="TFDS split to evaluate on")
+    parser.add_argument("--seed", default=d.seed, help="mixed into the keys that order records")
+    parser.add_argument(
+        "--max_records_per_file",
+        type=int,
+        default=d.max_records_per_file,
+        help="most records in one shard file",
+    )
+    parser.add_argument(
+        "--read_chunk_size",
+        type=int,
+        default=d.read_chunk_size,
+        help="examples per read task (the unit of read parallelism)",
+    )
+    parser.add_argument(
+        "--batch_size", type=int, default=d.batch_size, help="records per Beam element"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a complete shard set of the same date"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
+    """The config of parsed flags."""
+    names = {f.name for f in dataclasses.fields(PreprocessConfig)}
+    return PreprocessConfig(**{k: v for k, v in vars(args).items() if k in names})

@@ -1,0 +1,147 @@
+"""A shard set's life on disk: staging folder, manifest document, publication in one step."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import posixpath
+import subprocess
+import uuid
+from importlib import metadata
+from typing import Any
+
+import tensorflow as tf
+
+from contract import atomic, layout, manifest
+from preprocess import plan, sources
+from preprocess.config import PreprocessConfig
+from preprocess.errors import PreprocessError
+
+PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def code_version() -> str:
+    """`git describe` of the project when it is a checkout, else the installed version."""
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--tags"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        try:
+            return metadata.version("nightly-trainer")
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+
+def make_staging(data_dir: str) -> str:
+    """Creates the staging folder `<data_dir>.tmp-<id>` beside the final one, proving it writable.
+
+    Raises:
+        PreprocessError: the output folder cannot be created or written.
+    """
+    staging = f"{data_dir}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        tf.io.gfile.makedirs(staging)
+        atomic.write_bytes_atomic(layout.join(staging, ".writable"), b"")
+        tf.io.gfile.remove(layout.join(staging, ".writable"))
+    except (OSError, tf.errors.OpError) as e:
+        reason = getattr(e, "message", None) or e.strerror or str(e)
+        raise PreprocessError(
+            f"cannot write to output folder {posixpath.dirname(data_dir)}: {reason}"
+        ) from None
+    return staging
+
+
+def build_manifest(
+    cfg: PreprocessConfig, spec: sources.DatasetSpec, files: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The manifest document (schema in contract.manifest) of a written shard set.
+
+    Raises:
+        PreprocessError: the written counts disagree with the dataset's split sizes.
+    """
+    train = plan.TrainPlan(
+        spec.split_sizes[cfg.train_split],
+        cfg.num_workers,
+        cfg.validation_fraction,
+        cfg.max_records_per_file,
+    )
+    counts = {s: sum(f["num_examples"] for f in files if f["split"] == s) for s in layout.SPLITS}
+    expected = {
+        layout.TRAIN_SPLIT: train.num_train,
+        layout.VALIDATION_SPLIT: train.num_validation + train.leftover_examples,
+        layout.EVAL_SPLIT: spec.split_sizes[cfg.eval_split],
+    }
+    if counts != expected:
+        raise PreprocessError(f"written example counts {counts} differ from expected {expected}")
+    return {
+        "schema_version": manifest.SCHEMA_VERSION,
+        "dataset": {
+            "name": spec.name,
+            "version": spec.version,
+            "train_split": cfg.train_split,
+            "eval_split": cfg.eval_split,
+        },
+        "parameters": dataclasses.asdict(cfg),
+        "num_workers": cfg.num_workers,
+        "image_shape": spec.image_shape,
+        "num_classes": len(spec.class_names),
+        "class_names": spec.class_names,
+        "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index"},
+        "splits": {
+            layout.TRAIN_SPLIT: {
+                "num_examples": train.num_train,
+                "examples_per_worker": train.examples_per_worker,
+                "leftover_examples": train.leftover_examples,
+            },
+            layout.VALIDATION_SPLIT: {
+                "num_examples": counts[layout.VALIDATION_SPLIT],
+                "held_out_examples": train.num_validation,
+                "leftover_train_examples": train.leftover_examples,
+            },
+            layout.EVAL_SPLIT: {"num_examples": counts[layout.EVAL_SPLIT]},
+        },
+        "files": sorted(files, key=lambda f: f["path"]),
+        "code_version": code_version(),
+        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+    }
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def remove(path: str) -> None:
+    """Deletes a folder tree if it exists."""
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
+
+
+def publish(staging: str, final: str, doc: dict[str, Any]) -> None:
+    """Moves the staged files to `final` so that the manifest appears last.
+
+    Locally the whole folder is renamed at once; on object stores (no folder rename) each file
+    is moved and the manifest is written after all of them.
+    """
+    old = f"{final}.old-{uuid.uuid4().hex[:8]}"
+    if tf.io.gfile.exists(final):
+        tf.io.gfile.rename(final, old)
+    if _is_local(final):
+        atomic.write_json_atomic(layout.join(staging, layout.MANIFEST_FILE), doc)
+        os.rename(staging, final)
+    else:
+        for entry in doc["files"]:
+            target = layout.join(final, entry["path"])
+            tf.io.gfile.makedirs(posixpath.dirname(target))
+            tf.io.gfile.rename(layout.join(staging, entry["path"]), target, overwrite=True)
+        atomic.write_json_atomic(layout.join(final, layout.MANIFEST_FILE), doc)
+        remove(staging)
+    remove(old)
