@@ -37,6 +37,7 @@ class FaultInjection(keras.callbacks.Callback):
 
     def __init__(self, worker_index: int, attempt: int) -> None:
         super().__init__()
+        self._supports_tf_logs = True
         spec = os.environ.get(FAULT_ENV, "")
         worker, _, step = spec.partition(":")
         armed = bool(spec) and attempt == 0 and int(worker) == worker_index
@@ -66,6 +67,7 @@ class RunRecorder(keras.callbacks.Callback):
 
     def __init__(self, epochs_path: str | None, epochs: int, global_batch_size: int) -> None:
         super().__init__()
+        self._supports_tf_logs = True  # its batch hooks never read the logs: no per-step sync
         self.epochs_path = epochs_path
         self.epochs = epochs
         self.global_batch_size = global_batch_size
@@ -141,8 +143,14 @@ class ChiefTensorBoard(keras.callbacks.Callback):
 
     def __init__(self, writer: tf.summary.SummaryWriter, freq_steps: int) -> None:
         super().__init__()
+        self._supports_tf_logs = True  # read the logs only when due, not every step
         self.writer = writer
         self.freq_steps = freq_steps
+        self._step: int | None = None
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._step is None:  # once, after BackupAndRestore has restored the step
+            self._step = current_step(self.model)
 
     def _write(self, prefix: str, values: dict[str, Any], step: int) -> None:
         with self.writer.as_default():
@@ -150,7 +158,9 @@ class ChiefTensorBoard(keras.callbacks.Callback):
                 summaries.scalar(f"{prefix}/{name}", float(value), step=step)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        step = current_step(self.model)
+        assert self._step is not None
+        self._step += 1
+        step = self._step
         if self.freq_steps > 0 and step % self.freq_steps == 0:
             values = {k: v for k, v in (logs or {}).items() if k in HISTORY_KEYS}
             values["learning_rate"] = learning_rate(self.model)

@@ -176,3 +176,21 @@ def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image
     assert history["epochs_completed"] == 4
     assert history["steps_trained_total"] == 4 * STEPS_PER_EPOCH
     assert history["resumed_from_step"] >= STEPS_PER_EPOCH
+
+
+def test_bad_training_input_is_rejected_before_any_container_starts(stage_image, shard_root):
+    train_dir = str(shard_root / "train-bad")
+    log = shard_root / "bad.log"
+    command = launch_command(str(shard_root / "data"), train_dir, model="nope")
+    code = call_logged(docker_executor(stage_image, shard_root), command, log)
+    assert code == 2, log.read_text()[-3000:]
+    assert "unknown model 'nope'" in log.read_text()
+    assert worker_container(train_dir, 0) == worker_container(train_dir, 1) == ""
+
+
+def test_a_failing_stage_container_returns_its_exit_code(stage_image, shard_root):
+    log = shard_root / "evaluate-missing.log"
+    command = [sys.executable, "-m", "evaluate", "--output-root", str(shard_root / "none")]
+    code = call_logged(docker_executor(stage_image, shard_root), [*command, "--date", "x"], log)
+    assert code != 0
+    assert "[executor docker] docker run " in log.read_text()
