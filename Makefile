@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -46,3 +46,15 @@ bench: setup dataset
 
 clean:
 	rm -rf $(VENV) .cache runs
+
+# Docker: the offline base (debootstrap + docker import, as root), then the stages' image on it.
+# `BASE_IMAGE=python:3.11-slim make docker-image` builds on the ordinary public base instead.
+IMAGE ?= nightly-trainer:latest
+BASE_IMAGE ?= nightly-trainer/base:bookworm
+.PHONY: docker-base docker-image
+
+docker-base:
+	bash docker/make_base_image.sh $(BASE_IMAGE)
+
+docker-image:
+	BASE_IMAGE=$(BASE_IMAGE) bash docker/build_image.sh $(IMAGE)

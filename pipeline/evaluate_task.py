@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shlex
 import sys
 
 import luigi
@@ -64,19 +62,4 @@ class Evaluate(RunTask):
 
     def run(self) -> None:
         logs = layout.logs_dir(self.output_root, self.date_str)
-        os.makedirs(logs, exist_ok=True)
-        log_path = layout.join(logs, STAGE_LOG_FILE)
-        with open(log_path, "ab") as log:
-            log.write(f"$ {shlex.join(self.command())}\n".encode())
-            log.flush()
-            returncode = executor.call(self.command(), log)
-        if returncode != 0:
-            raise RuntimeError(
-                f"the evaluate stage exited with {returncode}; its log is {log_path}:\n"
-                + _tail(log_path)
-            )
-
-
-def _tail(path: str, lines: int = 20) -> str:
-    with open(path, errors="replace") as f:
-        return "".join(f.readlines()[-lines:])
+        executor.run_stage("evaluate", self.command(), layout.join(logs, STAGE_LOG_FILE))

@@ -437,3 +437,27 @@ _LAUNCH_SNIPPET = (
     "import sys; from pipeline.executor import launch_in_containers; "
     "sys.exit(launch_in_containers(sys.argv[1:]))"
 )
+
+
+def run_stage(stage: str, command: Sequence[str], log_path: str) -> None:
+    """Runs a stage's command through the configured executor, logging to `log_path`.
+
+    Raises:
+        RuntimeError: the stage exited non-zero; the message names its log and ends with its tail.
+    """
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(command)}\n".encode())
+        log.flush()
+        returncode = call(command, log)
+    if returncode != 0:
+        raise RuntimeError(
+            f"the {stage} stage exited with {returncode}; its log is {log_path}:\n"
+            + log_tail(log_path)
+        )
+
+
+def log_tail(path: str, lines: int = 20) -> str:
+    """The last lines of a log file, for an error message."""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 import sys
 
 import luigi
 
 from contract import layout
+from pipeline import executor
 from pipeline.params import RunTask
 
 STAGE_LOG_FILE = "preprocess.log"
@@ -109,22 +108,4 @@ class Preprocess(RunTask):
 
     def run(self) -> None:
         logs = layout.logs_dir(self.output_root, self.date_str)
-        os.makedirs(logs, exist_ok=True)
-        log_path = layout.join(logs, STAGE_LOG_FILE)
-        env = os.environ | {"TF_USE_LEGACY_KERAS": "1"}
-        with open(log_path, "ab") as log:
-            log.write(f"$ {shlex.join(self.command())}\n".encode())
-            log.flush()
-            returncode = subprocess.call(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env
-            )
-        if returncode != 0:
-            raise RuntimeError(
-                f"the preprocess stage exited with {returncode}; its log is {log_path}:\n"
-                + _tail(log_path)
-            )
-
-
-def _tail(path: str, lines: int = 20) -> str:
-    with open(path, errors="replace") as f:
-        return "".join(f.readlines()[-lines:])
+        executor.run_stage("preprocess", self.command(), layout.join(logs, STAGE_LOG_FILE))

@@ -78,10 +78,14 @@ class RunRecorder(keras.callbacks.Callback):
         self.initial_epoch: int | None = None
         self.initial_step: int | None = None
         self.steps_executed = 0
-        self.train_seconds = 0.0
-        self._started = 0.0
+        # (steps, seconds) of each epoch's training steps, validation excluded.
+        self.epoch_timings: list[tuple[int, float]] = []
+        self._epoch_started = 0.0
+        self._epoch_steps = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch_started = time.perf_counter()
+        self._epoch_steps = 0
         if self.initial_epoch is None:
             self.initial_epoch = epoch
             # Epochs at or after the restored one will be trained again.
@@ -93,10 +97,14 @@ class RunRecorder(keras.callbacks.Callback):
             log.info(
                 "START initial_epoch=%d initial_step=%d", self.initial_epoch, self.initial_step
             )
-            self._started = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.steps_executed += 1
+        self._epoch_steps += 1
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        # First in the callback list: the epoch's steps are done, validation has not begun.
+        self.epoch_timings.append((self._epoch_steps, time.perf_counter() - self._epoch_started))
 
     def epoch_end_hook(self) -> keras.callbacks.Callback:
         """The callback that records each epoch; place it last, after validation."""
@@ -111,8 +119,6 @@ class RunRecorder(keras.callbacks.Callback):
             print(PROGRESS_PREFIX + json.dumps(progress), flush=True)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if self._started:
-            self.train_seconds = time.perf_counter() - self._started
         log.info(
             "END steps_executed=%d final_step=%d",
             self.steps_executed,
@@ -124,9 +130,16 @@ class RunRecorder(keras.callbacks.Callback):
         return {key: [e[key] for e in ordered if key in e] for key in HISTORY_KEYS}
 
     def examples_per_second(self) -> float:
-        if self.train_seconds <= 0:
+        """Training throughput of this attempt, all workers together, validation excluded.
+
+        The attempt's first epoch (graph tracing, collective set-up) is left out when there
+        are later ones.
+        """
+        timings = self.epoch_timings[1:] or self.epoch_timings
+        seconds = sum(s for _, s in timings)
+        if seconds <= 0:
             return 0.0
-        return self.steps_executed * self.global_batch_size / self.train_seconds
+        return sum(n for n, _ in timings) * self.global_batch_size / seconds
 
 
 class _EpochEndHook(keras.callbacks.Callback):
