@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from bench.result import Result
 
@@ -21,6 +23,7 @@ PER_WORKER = 15000  # two workers: 30k train examples
 NUM_VALIDATION = 2000
 BATCH = 128  # per worker
 INPUT_STEPS = 120
+GLOBAL_BATCH = 512  # the shipped setting: 256 per worker, two workers
 READ_PASSES = 10
 
 
@@ -98,7 +101,7 @@ def _train_rate(data_dir: str, train_dir: str, num_workers: int, threads: int) -
         "data_dir": data_dir,
         "train_dir": train_dir,
         "epochs": 3,
-        "per_worker_batch_size": 2 * BATCH // num_workers,
+        "per_worker_batch_size": GLOBAL_BATCH // num_workers,
         "threads_per_worker": threads,
         "early_stopping_patience": 0,
         "reduce_lr_patience": 0,
@@ -109,6 +112,7 @@ def _train_rate(data_dir: str, train_dir: str, num_workers: int, threads: int) -
         argv += [f"--{name.replace('_', '-')}", str(value)]
     if num_workers > 1:
         argv += ["--num-workers", str(num_workers), "--max-restarts", "0"]
+    shutil.rmtree(train_dir, ignore_errors=True)
     subprocess.run(argv, cwd=PROJECT_ROOT, env=_env(threads), capture_output=True, check=True)
     with open(os.path.join(train_dir, "history.json")) as f:
         return float(json.load(f)["examples_per_second"])
@@ -138,6 +142,15 @@ def read_rate(data_dir: str, pre_sharded: bool, num_workers: int = 4) -> float:
     return count / (time.perf_counter() - started)
 
 
+def _best_of(
+    rounds: int, candidate: Callable[[], float], baseline: Callable[[], float]
+) -> tuple[float, float]:
+    best = [0.0, 0.0]
+    for _ in range(rounds):
+        best = [max(best[0], candidate()), max(best[1], baseline())]
+    return best[0], best[1]
+
+
 def run() -> list[Result]:
     from tests import factories
 
@@ -149,15 +162,19 @@ def run() -> list[Result]:
         factories.write_shard_set(one, 1, 2 * PER_WORKER, NUM_VALIDATION, 10)
         factories.write_shard_set(four, 4, 14000, NUM_VALIDATION, 10)
 
-        shard_rate = _measure("shard-input", two)
-        memory_rate = _measure("memory-input", two)
-        workers_rate = _train_rate(two, os.path.join(root, "t2"), 2, 1)
-        process_rate = _train_rate(one, os.path.join(root, "t1"), 1, 2)
-        # Alternating, best of three each, so neither side pays alone for a busy moment.
-        presharded, on_the_fly = 0.0, 0.0
-        for _ in range(3):
-            presharded = max(presharded, _measure("read-presharded", four))
-            on_the_fly = max(on_the_fly, _measure("read-shard", four))
+        # Candidate and baseline alternate and each keeps its best, so neither side pays
+        # alone for a moment when other processes take the CPU.
+        shard_rate, memory_rate = _best_of(
+            2, lambda: _measure("shard-input", two), lambda: _measure("memory-input", two)
+        )
+        workers_rate, process_rate = _best_of(
+            2,
+            lambda: _train_rate(two, os.path.join(root, "t2"), 2, 1),
+            lambda: _train_rate(one, os.path.join(root, "t1"), 1, 2),
+        )
+        presharded, on_the_fly = _best_of(
+            3, lambda: _measure("read-presharded", four), lambda: _measure("read-shard", four)
+        )
     return [
         Result(
             "train input: shard files vs in-memory tensors",
@@ -177,8 +194,8 @@ def run() -> list[Result]:
             process_rate,
             "ex/s",
             0.95,
-            notes="cnn, global batch 256, 30k examples/epoch; history.json examples_per_second "
-            "(epochs 2-3, training steps only)",
+            notes="cnn, global batch 512 (the default), 30k examples/epoch; history.json "
+            "examples_per_second (epochs 2-3, training steps only)",
         ),
         Result(
             "per-worker read rate, 4 workers: pre-sharded files vs Dataset.shard",
