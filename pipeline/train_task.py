@@ -54,8 +54,9 @@ class Train(RunTask):
         default=1, description="TensorFlow threads of each worker process."
     )
     collective_timeout_seconds = luigi.FloatParameter(
-        default=120.0,
-        description="Seconds a worker waits in a collective for a vanished peer before failing.",
+        default=60.0,
+        description="Seconds a worker waits in the gradient or validation all-reduce for a "
+        "vanished peer before failing (each timed collective holds a timer thread this long).",
     )
     max_restarts = luigi.IntParameter(
         default=2,

@@ -83,10 +83,17 @@ def configure_threads(threads: int) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
-def make_strategy(collective_timeout_seconds: float) -> tf.distribute.Strategy:
-    """MultiWorkerMirroredStrategy from TF_CONFIG; a vanished peer times out instead of hanging."""
+def make_strategy() -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy from TF_CONFIG, ring all-reduce, no blanket timeout.
+
+    The timeout goes on the collectives that every step and epoch must pass
+    (`timed_collectives`), not on all of them: TF parks one timer thread per timed collective
+    for the whole timeout, and Keras's own per-step bookkeeping collectives (about a dozen a
+    step here) would pile up thousands of sleeping threads until thread creation fails
+    ("Resource temporarily unavailable") after ~10 epochs. Those run right after the timed
+    gradient all-reduce, which is the one that fails first when a peer has vanished.
+    """
     options = tf.distribute.experimental.CommunicationOptions(
-        timeout_seconds=collective_timeout_seconds,
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -96,6 +103,14 @@ def make_strategy(collective_timeout_seconds: float) -> tf.distribute.Strategy:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return strategy
+
+
+def timed_collectives(timeout_seconds: float) -> tf.distribute.experimental.CommunicationOptions:
+    """Options for the gradient and validation all-reduces: a vanished peer fails them in time."""
+    return tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=timeout_seconds,
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+    )
 
 
 def scratch_dir(info: ClusterInfo) -> str:

@@ -30,7 +30,7 @@ class TrainConfig:
     scalar_freq_steps: int = 50
     histogram_freq_steps: int = 200
     shuffle_seed: int = 1234
-    collective_timeout_seconds: float = 120.0
+    collective_timeout_seconds: float = 60.0
     threads_per_worker: int = 1
 
     def check(self) -> None:

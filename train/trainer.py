@@ -8,6 +8,22 @@ import tf_keras as keras
 from train import summaries
 
 
+def all_reduce_flat(
+    grads: list[tf.Tensor], options: tf.distribute.experimental.CommunicationOptions
+) -> list[tf.Tensor]:
+    """Sums gradients across workers in ONE collective over their concatenation.
+
+    One timed collective per tensor would park one timer thread each for the timeout's
+    length (see `cluster.make_strategy`); one over the concatenation parks one.
+    """
+    flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+    total = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, flat, options=options
+    )
+    pieces = tf.split(total, [g.shape.num_elements() for g in grads])
+    return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads, strict=True)]
+
+
 class Trainer(keras.Model):
     """Wraps the exported model; its train_step sums gradients across workers itself.
 
@@ -15,9 +31,15 @@ class Trainer(keras.Model):
     per-replica gradients is the gradient of the global mean loss, as Keras would apply.
     """
 
-    def __init__(self, core: keras.Model, histogram_freq_steps: int) -> None:
+    def __init__(
+        self,
+        core: keras.Model,
+        histogram_freq_steps: int,
+        collective_options: tf.distribute.experimental.CommunicationOptions,
+    ) -> None:
         super().__init__(name="trainer")
         self.core = core
+        self.collective_options = collective_options
         self.histogram_freq_steps = histogram_freq_steps
         self.summary_writer: tf.summary.SummaryWriter | None = None
 
@@ -30,8 +52,7 @@ class Trainer(keras.Model):
             y_pred = self(x, training=True)
             loss = self.compute_loss(x, y, y_pred)
         variables = self.trainable_variables
-        grads = tape.gradient(loss, variables)
-        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grads = all_reduce_flat(tape.gradient(loss, variables), self.collective_options)
         self._write_histograms(grads, variables)
         self.optimizer.apply_gradients(
             zip(grads, variables, strict=True), skip_gradients_aggregation=True

@@ -33,9 +33,14 @@ class ExactValidation(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, dataset: tf.data.Dataset, strategy: tf.distribute.Strategy, expected_count: int
+        self,
+        dataset: tf.data.Dataset,
+        strategy: tf.distribute.Strategy,
+        expected_count: int,
+        collective_options: tf.distribute.experimental.CommunicationOptions | None = None,
     ) -> None:
         super().__init__()
+        self.collective_options = collective_options
         self.dataset = dataset
         self.strategy = strategy
         self.expected_count = expected_count
@@ -67,7 +72,9 @@ class ExactValidation(keras.callbacks.Callback):
             local += self.strategy.experimental_local_results(self._score_batch(images, labels))[0]
         # Once per epoch, so running this collective eagerly costs nothing worth a graph.
         total = self.strategy.run(
-            lambda t: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, t),
+            lambda t: tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, t, options=self.collective_options
+            ),
             args=(local,),
         )
         loss_sum, correct, count = self.strategy.experimental_local_results(total)[0].numpy()

@@ -61,7 +61,11 @@ def build_trainer(
     image_shape = shard_manifest["image_shape"]
     with strategy.scope():
         core = models.build(config.model, image_shape, shard_manifest["num_classes"])
-        trainer = Trainer(core, config.histogram_freq_steps)
+        trainer = Trainer(
+            core,
+            config.histogram_freq_steps,
+            cluster.timed_collectives(config.collective_timeout_seconds),
+        )
         trainer.compile(
             optimizer=keras.optimizers.Adam(config.learning_rate),
             loss=keras.losses.SparseCategoricalCrossentropy(),
@@ -121,7 +125,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     info = cluster.read_cluster()
     shard_manifest = check_inputs(config, info)
     cluster.configure_threads(config.threads_per_worker)
-    strategy = cluster.make_strategy(config.collective_timeout_seconds)
+    strategy = cluster.make_strategy()
     chief = cluster.may_write_real_paths(info)
     steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
     global_batch = config.per_worker_batch_size * info.num_workers
@@ -155,6 +159,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         ),
         strategy,
         shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
+        cluster.timed_collectives(config.collective_timeout_seconds),
     )
     epochs_path = layout.join(config.train_dir, artifacts.EPOCHS_FILE) if chief else None
     recorder = callbacks.RunRecorder(epochs_path, config.epochs, global_batch)
