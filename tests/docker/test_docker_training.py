@@ -175,7 +175,9 @@ def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image
     assert history["attempt"] == 1
     assert history["epochs_completed"] == 4
     assert history["steps_trained_total"] == 4 * STEPS_PER_EPOCH
-    assert history["resumed_from_step"] >= STEPS_PER_EPOCH
+    # Killed after epoch 1 ended: the last backup is at most one save interval behind it.
+    save_freq = SETTINGS["save_freq_steps"]
+    assert STEPS_PER_EPOCH - save_freq < history["resumed_from_step"] < 4 * STEPS_PER_EPOCH
 
 
 def test_bad_training_input_is_rejected_before_any_container_starts(stage_image, shard_root):
