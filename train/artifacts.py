@@ -60,20 +60,10 @@ def save_final(
     path and never the collectives inside a save.
     """
     scratch = cluster.scratch_dir(info)
-    import threading as _th
-    _t = time.perf_counter()
-    log.info("TMP threads=%d", _th.active_count())
-    _onread = [v for v in model.non_trainable_variables if v.synchronization == tf.VariableSynchronization.ON_READ]
-    for _i in range(3):
-        _t0 = time.perf_counter(); _onread[0].read_value().numpy(); log.info("TMP read%d %.3fs", _i, time.perf_counter() - _t0)
-    _t0 = time.perf_counter(); [v.read_value() for v in _onread]; log.info("TMP all %d onread %.3fs", len(_onread), time.perf_counter() - _t0)
     try:
-        _t0 = time.perf_counter()
         model.save(os.path.join(scratch, layout.MODEL_FILE))
-        log.info("TMP model.save %.3fs", time.perf_counter() - _t0); _t0 = time.perf_counter()
         checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer)
         checkpoint.write(os.path.join(scratch, layout.FINAL_CHECKPOINT_DIR, CHECKPOINT_PREFIX))
-        log.info("TMP ckpt.write %.3fs total %.3fs", time.perf_counter() - _t0, time.perf_counter() - _t)
         if not cluster.may_write_real_paths(info):
             return
         for root, _, files in os.walk(scratch):

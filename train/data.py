@@ -16,10 +16,6 @@ def _no_auto_shard(dataset: tf.data.Dataset) -> tf.data.Dataset:
     # Each worker already reads only its own files; tf.distribute must not shard again.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    # No autotuning thread: deleting an iterator waits for that thread's current sleep, which
-    # backs off to a minute over a long run, so `fit` took up to ~100 s to return after its
-    # last step. AUTOTUNE below then means a fixed parallelism and a default-size prefetch.
-    options.autotune.enabled = False
     return dataset.with_options(options)
 
 

@@ -109,12 +109,6 @@ def callback_stack(
     if cluster.may_write_real_paths(info):
         stack.append(callbacks.ChiefTensorBoard(writer, config.scalar_freq_steps))
     stack.append(recorder.epoch_end_hook())
-
-    class _TmpLast(keras.callbacks.Callback):
-        def on_train_end(self, logs: Any = None) -> None:
-            log.info("TMP last on_train_end")
-
-    stack.append(_TmpLast())
     return stack, early_stopping
 
 
@@ -128,8 +122,6 @@ def run(config: TrainConfig) -> dict[str, Any]:
         ConfigError, ManifestError: bad settings or input, found before any training.
     """
     started = time.perf_counter()
-    import faulthandler, signal as _sig
-    faulthandler.register(_sig.SIGUSR1, all_threads=False)
     info = cluster.read_cluster()
     shard_manifest = check_inputs(config, info)
     cluster.configure_threads(config.threads_per_worker)
@@ -179,9 +171,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         callbacks=stack,
         verbose=0,
     )
-    log.info("TMP fit returned")
     artifacts.save_final(core, trainer, config.train_dir, info)
-    log.info("TMP save_final returned")
     history = recorder.history()
     document = {
         "history": history,
