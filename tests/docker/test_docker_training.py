@@ -8,13 +8,13 @@ import pathlib
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from contract import layout
 from pipeline.executor import DockerExecutor, DockerSettings, LocalExecutor
 from tests import factories
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -158,11 +158,14 @@ def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image
         )
     )
     runner.start()
-    deadline = time.monotonic() + 300
     # Kill worker 1 once the chief has finished its first epoch (a PROGRESS line).
-    while not (chief_log.exists() and "PROGRESS" in chief_log.read_text(errors="replace")):
-        assert runner.is_alive() and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
+    wait_until(
+        lambda: chief_log.exists() and "PROGRESS" in chief_log.read_text(errors="replace"),
+        timeout=300,
+        alive=runner.is_alive,
+        failure=lambda: log.read_text()[-3000:],
+        interval=0.5,
+    )
     container = worker_container(train_dir, 1)
     assert container, "worker 1's container is not running"
     subprocess.run(["docker", "kill", container], check=True, capture_output=True)

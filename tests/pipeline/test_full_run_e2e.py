@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from contract import atomic, layout
 from pipeline import run_lock
 from tests.factories import PROJECT_ROOT
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -235,17 +235,23 @@ def luigid(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "luigid did not start"
-            time.sleep(0.2)
+    wait_until(
+        lambda: _accepts_connections(port),
+        timeout=30,
+        alive=lambda: server.poll() is None,
+        failure=lambda: "luigid did not start",
+    )
     yield ("--scheduler-host=127.0.0.1", f"--scheduler-port={port}")
     server.terminate()
     server.wait(timeout=30)
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def test_overlapping_run_is_refused_and_luigid_run_succeeds(runner, first_run, luigid):
@@ -254,11 +260,12 @@ def test_overlapping_run_is_refused_and_luigid_run_succeeds(runner, first_run, l
     lock_path = runner.run_dir(date) / run_lock.LOCK_FILE
     first = runner.start(date, scheduler=luigid)
     try:
-        deadline = time.monotonic() + 120
-        while not lock_path.exists():
-            assert first.poll() is None, first.stdout.read()
-            assert time.monotonic() < deadline, "the first run never took the lock"
-            time.sleep(0.2)
+        wait_until(
+            lock_path.exists,
+            timeout=120,
+            alive=lambda: first.poll() is None,
+            failure=lambda: "the first run never took the lock:\n" + first.stdout.read(),
+        )
         second = runner.run(date)
         holder = json.loads(lock_path.read_text())
     finally:

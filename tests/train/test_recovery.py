@@ -8,13 +8,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 
 from contract import layout
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import SMALL_RUN, launch_argv, train_env, write_small_shard_set
+from tests.waiting import wait_until
 
 STEPS_PER_EPOCH = 256 // SMALL_RUN["per_worker_batch_size"]
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
@@ -74,11 +74,13 @@ def test_killed_train_resumes_on_rerun(tmp_path, run_train):
     )
     backup = os.path.join(train_dir, layout.BACKUP_DIR)
     try:
-        deadline = time.monotonic() + 240
-        while not glob.glob(os.path.join(backup, "chief", "checkpoint")):
-            assert proc.poll() is None, "training ended before a backup was written"
-            assert time.monotonic() < deadline, "no backup written"
-            time.sleep(0.05)
+        wait_until(
+            lambda: bool(glob.glob(os.path.join(backup, "chief", "checkpoint"))),
+            timeout=240,
+            alive=lambda: proc.poll() is None,
+            failure=lambda: "no backup written before training ended or the wait ran out",
+            interval=0.05,
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers
         proc.wait()
