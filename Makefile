@@ -11,14 +11,14 @@ PYTEST_ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup dataset run test lint typecheck bench clean
+.PHONY: setup dataset run test lint typecheck bench clean clean-runs
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-dev.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-deps -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements.lock -r requirements-dev.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -44,8 +44,14 @@ test: setup dataset lint typecheck
 bench: setup dataset
 	$(BIN)/python -m bench
 
+# The venv and caches only: runs/ holds the models and the blessing history and is never
+# removed here. `make clean-runs` deletes it, and says so.
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) .cache build *.egg-info .pytest_cache .ruff_cache .mypy_cache bench/results
+
+clean-runs:
+	@echo "deleting runs/: every run's shards, models, metrics and runs/latest.json"
+	rm -rf runs
 
 # Docker: the offline base (debootstrap + docker import, as root), then the stages' image on it.
 # `BASE_IMAGE=python:3.11-slim make docker-image` builds on the ordinary public base instead.

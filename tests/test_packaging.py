@@ -1,0 +1,128 @@
+"""`pip install .` into a clean venv: one TensorFlow, `pip check` clean, every entry point runs.
+
+This is the published metadata (pyproject.toml), not `make setup`'s `--no-deps` install of the
+lock; the lock only constrains versions. It needs PyPI, as `make setup` does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tests.factories import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+
+ENTRY_POINTS = ("nightly-trainer", "nightly-preprocess", "nightly-train", "nightly-evaluate")
+
+
+def _project_files() -> list[str]:
+    """The files a clone has (tracked, or new and not ignored), so no local build litter counts."""
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        check=True,
+    )
+    return [name for name in out.stdout.decode().split("\0") if name]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, Path | str]:
+    """A fresh venv with the project installed by `pip install <copy of the project>`."""
+    root = tmp_path_factory.mktemp("packaging")
+    source = root / "src"
+    for name in _project_files():
+        if (PROJECT_ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT_ROOT / name, source / name)
+    env_dir = root / "venv"
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    build = subprocess.run(
+        # The lock as constraints: the known-good versions, so the test does not change its
+        # verdict when PyPI publishes a new release of some dependency.
+        [
+            str(bin_dir / "pip"),
+            "install",
+            "-v",
+            "--disable-pip-version-check",
+            "--constraint",
+            str(source / "requirements.lock"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return {"bin": bin_dir, "build_log": build.stdout + build.stderr, "env_dir": env_dir}
+
+
+def _run(installed, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        [str(installed["bin"] / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=installed["env_dir"],
+        timeout=600,
+    )
+
+
+def test_pip_check_finds_no_broken_requirement(installed):
+    proc = _run(installed, "pip", "check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No broken requirements found" in proc.stdout
+
+
+def test_exactly_one_tensorflow_distribution_is_installed(installed):
+    script = (
+        "import importlib.metadata as m\n"
+        "names = {d.metadata['Name'].lower() for d in m.distributions()}\n"
+        "print(' '.join(sorted(n for n in names if n.startswith('tensorflow') and "
+        "n not in ('tensorflow-datasets', 'tensorflow-metadata'))))\n"
+    )
+    proc = _run(installed, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["tensorflow"]
+
+
+def test_build_prints_no_setuptools_warning(installed):
+    # pip's own "byte-compiling is disabled" notes are not setuptools complaining about metadata.
+    warnings = [
+        line
+        for line in str(installed["build_log"]).splitlines()
+        if re.search(r"warning", line, re.IGNORECASE) and "byte-compiling" not in line
+    ]
+    assert warnings == []
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_console_entry_points_run(installed, script):
+    proc = _run(installed, script, "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage" in (proc.stdout + proc.stderr).lower()
+
+
+def test_python_dash_m_pipeline_names_the_full_run(installed):
+    proc = _run(installed, "python", "-m", "pipeline", "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--force-stage" in proc.stdout
+
+
+def test_tensorboard_is_installed_with_the_project():
+    # The README's `tensorboard --logdir ...` must work from the project's own venv.
+    assert metadata.version("tensorboard") == "2.21.0"
+    assert shutil.which("tensorboard", path=str(Path(sys.executable).parent))
