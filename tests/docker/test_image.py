@@ -69,3 +69,23 @@ def test_train_worker_subcommand_is_there(stage_image):
     proc = docker_run(stage_image, "train", "worker", "--help")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--data-dir" in proc.stdout
+
+
+def test_dev_tools_stay_out_of_the_image(stage_image):
+    # requirements-dev.lock (pytest, ruff, mypy) is for make setup only, never the runtime image.
+    dev = [
+        line.partition("==")[0]
+        for line in (PROJECT_ROOT / "requirements-dev.lock").read_text().splitlines()
+        if "==" in line
+    ]
+    script = (
+        "import importlib.metadata as m, sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print(n, m.version(n))\n"
+        "    except m.PackageNotFoundError:\n"
+        "        pass\n"
+    )
+    proc = docker_run(stage_image, "python", "-c", script, *dev)
+    assert proc.returncode == 0, proc.stderr
+    assert dev and proc.stdout.strip() == ""
