@@ -1,4 +1,8 @@
-"""Command line: `python -m train launch` (a local cluster) and `python -m train worker` (one)."""
+"""Command line: `python -m train launch` (a cluster of workers) and `python -m train worker` (one).
+
+`launch --backend local` (default) runs the workers as local processes; `--backend docker
+--image IMG` runs each in its own container of IMG, with the same flags and the same restarts.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,23 @@ import argparse
 import dataclasses
 import logging
 import sys
+from typing import NoReturn
 
+from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from train import cluster
 from train.config import ConfigError, TrainConfig
-from train.launcher import BAD_INPUT_EXIT_CODE, ERROR_PREFIX, LaunchError
+from train.docker_backend import DockerWorkerBackend
+from train.launcher import LaunchError, log_dir_for, worker_argv
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the stages' one line, `error: ...`, and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -30,23 +46,79 @@ def _config(args: argparse.Namespace) -> TrainConfig:
 
 
 def _ports(text: str) -> list[int]:
-    return [int(p) for p in text.split(",") if p]
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated port numbers, got {text!r}"
+        ) from None
+
+
+def _add_launch_flags(launch: argparse.ArgumentParser) -> None:
+    launch.add_argument("--num-workers", type=int, required=True)
+    launch.add_argument(
+        "--max-restarts",
+        type=int,
+        default=2,
+        help="whole-cluster restarts after a worker dies (0: none; default 2)",
+    )
+    launch.add_argument("--log-dir", help="worker logs (default: <train dir>/logs)")
+    launch.add_argument(
+        "--backend",
+        choices=["local", "docker"],
+        default="local",
+        help="where the workers run: local processes, or one container each (default local)",
+    )
+    launch.add_argument(
+        "--ports", type=_ports, help="local: comma-separated loopback ports (default: free)"
+    )
+    launch.add_argument("--image", help="docker: the stages' image (required with docker)")
+    launch.add_argument(
+        "--docker-mount",
+        action="append",
+        default=[],
+        help="docker: a folder mounted at its own absolute path, ':ro' for read-only; "
+        "repeat for several. Every path training reads or writes must lie in one.",
+    )
+    launch.add_argument(
+        "--docker-user",
+        default="",
+        help="docker: uid:gid of the containers (default: yours; the image's user for root)",
+    )
+    launch.add_argument(
+        "--worker-port", type=int, default=2222, help="docker: each worker's port (default 2222)"
+    )
+
+
+def _docker_backend(args: argparse.Namespace, config: TrainConfig) -> DockerWorkerBackend:
+    if not args.image:
+        raise ConfigError("--backend docker needs --image: the stages' image to run workers in")
+    if args.ports is not None:
+        raise ConfigError("--ports is for --backend local; containers use --worker-port")
+    settings = ContainerSettings(args.image, tuple(args.docker_mount), args.docker_user)
+    # The launcher's own worker command line, run by the image's python.
+    worker_command = ["python", *worker_argv(config)[1:]]
+    return DockerWorkerBackend(
+        settings,
+        args.worker_port,
+        worker_command,
+        config.train_dir,
+        log_dir_for(config, args.log_dir),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    launch = commands.add_parser("launch", help="run a local cluster of worker processes")
+    parser = _Parser(prog="python -m train", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    launch = commands.add_parser("launch", help="run a cluster of workers and restart it")
     _add_config_flags(launch)
-    launch.add_argument("--num-workers", type=int, required=True)
-    launch.add_argument("--max-restarts", type=int, default=2)
-    launch.add_argument(
-        "--ports", type=_ports, help="comma-separated loopback ports (default: free)"
-    )
-    launch.add_argument("--log-dir", help="worker logs (default: <train dir>/logs)")
+    _add_launch_flags(launch)
     worker = commands.add_parser("worker", help="run one worker; the cluster comes from TF_CONFIG")
     _add_config_flags(worker)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0), or a bad flag (already reported in one line)
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("absl").setLevel(logging.WARNING)
     tf_logger = logging.getLogger("tensorflow")
@@ -57,17 +129,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "launch":
             from train.launcher import launch as launch_cluster
 
-            launch_cluster(config, args.num_workers, args.max_restarts, args.ports, args.log_dir)
+            backend = _docker_backend(args, config) if args.backend == "docker" else None
+            launch_cluster(
+                config, args.num_workers, args.max_restarts, args.ports, args.log_dir, backend
+            )
         else:
             from train.worker import run
 
             run(config)
     except (ConfigError, ManifestError, cluster.ClusterError) as e:
-        print(f"{ERROR_PREFIX}{e}", file=sys.stderr, flush=True)
-        return BAD_INPUT_EXIT_CODE
-    except LaunchError as e:
-        print(f"{ERROR_PREFIX}{e}", file=sys.stderr, flush=True)
-        return 1
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except (LaunchError, ContainerError) as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        return EXIT_FAILED
     return 0
 
 

@@ -1,7 +1,8 @@
-"""The local launcher: starts N workers, streams the chief, restarts the cluster when one dies.
+"""The launcher: starts N workers, streams the chief, restarts the cluster when one dies.
 
-How a worker process is started and stopped sits behind `WorkerBackend`, so a container
-backend can replace `LocalProcessBackend` without touching the restart logic.
+How a worker is started and stopped sits behind `WorkerBackend`: `LocalProcessBackend` (local
+processes, here) or `train.docker_backend.DockerWorkerBackend` (one container per worker), picked
+by `python -m train launch --backend`; the restart logic is the same for both.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import time
 from typing import IO, Protocol
 
 from contract import layout, manifest
+from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from train import cluster
-from train.config import TrainConfig
+from train.config import ConfigError, TrainConfig
 
-BAD_INPUT_EXIT_CODE = 2  # a worker found bad input: restarting cannot help
-ERROR_PREFIX = "train: "  # how `python -m train` reports an error, one line on stderr
+BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting cannot help
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
 LOOPBACK = "127.0.0.1"
@@ -51,6 +52,10 @@ class WorkerBackend(Protocol):
         ...
 
     def log_path(self, worker_index: int) -> str: ...
+
+    def close(self) -> None:
+        """Releases what the backend holds, once every worker has stopped."""
+        ...
 
 
 def _die_with_parent() -> None:
@@ -115,6 +120,9 @@ class LocalProcessBackend:
             process.kill()
             process.wait()
 
+    def close(self) -> None:
+        """Nothing to release: each worker dies with its process (and with the launcher)."""
+
 
 def free_ports(count: int) -> list[int]:
     """Ports the kernel reports free on loopback (held open together so they differ)."""
@@ -151,7 +159,7 @@ def preflight(config: TrainConfig, num_workers: int) -> None:
 
 
 def _last_error_line(path: str) -> str:
-    """The worker's own one-line complaint ("train: ..."), else its last exception line."""
+    """The worker's own one-line complaint ("error: ..."), else its last exception line."""
     with contextlib.suppress(OSError), open(path, errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
         for line in reversed(lines):
@@ -261,6 +269,33 @@ def worker_argv(config: TrainConfig) -> list[str]:
     return argv
 
 
+def check_launch_settings(num_workers: int, max_restarts: int, ports: list[int] | None) -> None:
+    """Rejects launch-only settings no cluster can run with.
+
+    Raises:
+        ConfigError: naming the setting and what it must be.
+    """
+    if num_workers < 1:
+        raise ConfigError(f"--num-workers must be at least 1, got {num_workers}")
+    if max_restarts < 0:
+        raise ConfigError(
+            f"--max-restarts must be 0 or more (0: never restart), got {max_restarts}"
+        )
+    if ports is not None:
+        if len(ports) != num_workers:
+            raise ConfigError(
+                f"--ports lists {len(ports)} ports for {num_workers} workers: give one per "
+                "worker, or leave out --ports to pick free ports"
+            )
+        if any(not 0 < port < 65536 for port in ports) or len(set(ports)) != len(ports):
+            raise ConfigError(f"--ports must be distinct ports in 1-65535, got {ports}")
+
+
+def log_dir_for(config: TrainConfig, log_dir: str | None = None) -> str:
+    """Where the workers' logs go: `log_dir`, or `<train dir>/logs`."""
+    return log_dir or layout.join(config.train_dir, "logs")
+
+
 def launch(
     config: TrainConfig,
     num_workers: int,
@@ -269,19 +304,25 @@ def launch(
     log_dir: str | None = None,
     backend: WorkerBackend | None = None,
 ) -> None:
-    """Checks the inputs, then trains with `num_workers` local workers (worker 0 is chief).
+    """Checks the inputs, then trains with `num_workers` workers (worker 0 is chief).
+
+    Args:
+        backend: where the workers run; local processes on loopback `ports` when None.
 
     Raises:
         ConfigError, ManifestError: bad settings or shard set, before any worker starts.
         LaunchError: a port is in use, or training failed beyond `max_restarts`.
     """
+    check_launch_settings(num_workers, max_restarts, ports)
     preflight(config, num_workers)
     if backend is None:
-        log_dir = log_dir or layout.join(config.train_dir, "logs")
-        backend = LocalProcessBackend(worker_argv(config), log_dir, ports)
+        backend = LocalProcessBackend(worker_argv(config), log_dir_for(config, log_dir), ports)
     # On SIGTERM (e.g. from Luigi), unwind through run_cluster's finally to stop the workers.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        run_cluster(backend, num_workers, max_restarts)
+        try:
+            run_cluster(backend, num_workers, max_restarts)
+        finally:
+            backend.close()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from contract import layout, manifest
+from contract.messages import ERROR_PREFIX
 from tests.train.conftest import SMALL_RUN, write_small_shard_set
 from train import __main__ as cli
 from train.launcher import BAD_INPUT_EXIT_CODE
@@ -35,7 +36,7 @@ def dirs(tmp_path):
 
 def fails_with(capsys, argv: list[str], message: str, code: int = BAD_INPUT_EXIT_CODE) -> str:
     assert cli.main(argv) == code
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ERROR_PREFIX)]
     assert len(lines) == 1 and message in lines[0], lines
     return lines[0]
 

@@ -1,0 +1,149 @@
+"""How every container of the stages' image is run: mounts at their own paths, user, labels.
+
+Shared by the pipeline (a stage in one `docker run`) and the train launcher (one container per
+worker), so both keep the same conventions: each mount appears at the same absolute path inside
+and outside, the working folder is kept, so every path in the arguments and manifests means the
+same file. Containers run as the invoking uid:gid or, when that is root, as the image's non-root
+user with the mounts handed to it (chown) so that it can write there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import time
+
+LABEL = "nightly-trainer"
+IMAGE_UID = 1000  # the image's `trainer` user (docker/Dockerfile)
+REMOVE_TIMEOUT_SECONDS = 30.0
+
+
+class ContainerError(RuntimeError):
+    """A container cannot be run as configured."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerSettings:
+    """What a container needs besides its command: image, mounts, user and working folder."""
+
+    image: str
+    mounts: tuple[str, ...]
+    user: str = ""
+    workdir: str = dataclasses.field(default_factory=os.getcwd)
+
+    def resolved_user(self) -> str:
+        if self.user:
+            return self.user
+        if os.getuid() == 0:
+            return f"{IMAGE_UID}:{IMAGE_UID}"
+        return f"{os.getuid()}:{os.getgid()}"
+
+    def volumes(self) -> list[tuple[str, bool]]:
+        """(absolute host path, read_only) of every local mount; gs:// and the like are skipped."""
+        result = []
+        for entry in self.mounts:
+            path, read_only = (entry[:-3], True) if entry.endswith(":ro") else (entry, False)
+            if "://" in path:
+                continue
+            result.append((os.path.abspath(os.path.join(self.workdir, path)), read_only))
+        return result
+
+    def prepare_volumes(self) -> None:
+        """Creates the writable mounts and, as root, hands them to the containers' user.
+
+        Raises:
+            ContainerError: a read-only mount does not exist.
+        """
+        uid, _, gid = self.resolved_user().partition(":")
+        for path, read_only in self.volumes():
+            if read_only:
+                if not os.path.exists(path):
+                    raise ContainerError(f"read-only mount {path} does not exist; create it first")
+                continue
+            os.makedirs(path, exist_ok=True)
+            if os.getuid() == 0 and uid.isdigit():
+                _chown_tree(path, int(uid), int(gid or uid))
+
+    def hand_over(self, path: str) -> None:
+        """As root, gives `path` and its parents inside a writable mount to the containers' user.
+
+        For folders created after `prepare_volumes` (the train launcher's log folder creates
+        the train folder too), so the containers can still write beside them.
+        """
+        uid, _, gid = self.resolved_user().partition(":")
+        if os.getuid() != 0 or not uid.isdigit():
+            return
+        path = os.path.abspath(path)
+        for mount, read_only in self.volumes():
+            if read_only or os.path.commonpath([mount, path]) != mount:
+                continue
+            while True:
+                os.chown(path, int(uid), int(gid or uid))
+                if path == mount:
+                    break
+                path = os.path.dirname(path)
+            return
+
+    def run_args(self, name: str, labels: dict[str, str], env: dict[str, str]) -> list[str]:
+        """`docker run` options shared by stage and worker containers."""
+        args = ["--name", name, "--user", self.resolved_user(), "--workdir", self.workdir]
+        for path, read_only in self.volumes():
+            args += ["--volume", f"{path}:{path}{':ro' if read_only else ''}"]
+        # An arbitrary uid has no home in the image; TF, TFDS and matplotlib want one.
+        for key, value in {"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib", **env}.items():
+            args += ["--env", f"{key}={value}"]
+        args += ["--label", f"{LABEL}=1"]
+        for key, value in labels.items():
+            args += ["--label", f"{LABEL}.{key}={value}"]
+        return args
+
+
+def _chown_tree(path: str, uid: int, gid: int) -> None:
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, d) for d in dirs)]:
+            os.chown(name, uid, gid)
+        for name in files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def require_docker(what: str, way_out: str) -> None:
+    """Checks that the Docker engine answers.
+
+    Args:
+        what: the setting that asked for containers, named in the error.
+        way_out: how to run without containers instead.
+
+    Raises:
+        ContainerError: `docker info` fails.
+    """
+    try:
+        ok = subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        raise ContainerError(
+            f"{what} but the Docker engine cannot be reached ('docker info' fails): start "
+            f"dockerd, or {way_out}"
+        )
+
+
+def docker_quiet(*args: str) -> int:
+    """Runs `docker args...` without output; its exit code."""
+    return subprocess.call(["docker", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def remove_container(name: str) -> None:
+    """Removes `name` (running or not) and waits until its name is free again.
+
+    Raises:
+        ContainerError: the container is still there after REMOVE_TIMEOUT_SECONDS.
+    """
+    deadline = time.monotonic() + REMOVE_TIMEOUT_SECONDS
+    while docker_quiet("container", "inspect", name) == 0:
+        if time.monotonic() > deadline:
+            raise ContainerError(
+                f"container {name} could not be removed; run 'docker rm -f {name}'"
+            )
+        docker_quiet("rm", "--force", name)
+        time.sleep(0.2)

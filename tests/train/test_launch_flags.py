@@ -1,0 +1,41 @@
+"""`python -m train launch`'s own flags: a bad value is one `error:` line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
+from tests.train.conftest import SMALL_RUN, write_small_shard_set
+from train import __main__ as cli
+
+
+@pytest.fixture
+def launch_argv(tmp_path):
+    """A valid launch command line on a small two-worker shard set, without the flag under test."""
+    data_dir = str(tmp_path / "data")
+    write_small_shard_set(data_dir)
+    argv = ["launch", "--data-dir", data_dir, "--train-dir", str(tmp_path / "train")]
+    for name, value in SMALL_RUN.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--num-workers", "2", "--max-restarts", "-1"], "--max-restarts must be 0 or more"),
+        (["--num-workers", "0"], "--num-workers must be at least 1, got 0"),
+        (["--num-workers", "2", "--ports", "12x,13"], "expected comma-separated port numbers"),
+        (["--num-workers", "2", "--ports", "23456"], "--ports lists 1 ports for 2 workers"),
+        (["--num-workers", "2", "--ports", "23456,23456"], "--ports must be distinct ports"),
+        (["--num-workers", "2", "--ports", "0,70000"], "--ports must be distinct ports"),
+        (["--num-workers", "2", "--backend", "docker"], "--backend docker needs --image"),
+        (["--num-workers", "2", "--backend", "cloud"], "invalid choice: 'cloud'"),
+    ],
+)
+def test_bad_launch_flag_is_one_line_and_exit_2(capsys, launch_argv, tmp_path, flags, message):
+    assert cli.main([*launch_argv, *flags]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(ERROR_PREFIX), err
+    assert message in err[0]
+    assert not (tmp_path / "train").exists()  # nothing started
