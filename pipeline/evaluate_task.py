@@ -7,7 +7,7 @@ import sys
 import luigi
 
 from contract import layout
-from pipeline import executor
+from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.train_task import Train
 
@@ -40,7 +40,7 @@ class Evaluate(RunTask):
         )
 
     def command(self) -> list[str]:
-        """The stage's command line; a container or pod executor runs the same one."""
+        """The stage's command line; with `[Executor] kind = docker` it runs in a container."""
         args = [
             sys.executable,
             "-m",
@@ -62,4 +62,10 @@ class Evaluate(RunTask):
 
     def run(self) -> None:
         logs = layout.logs_dir(self.output_root, self.date_str)
-        executor.run_stage("evaluate", self.command(), layout.join(logs, STAGE_LOG_FILE))
+        runner.run_stage(
+            self,
+            "evaluate",
+            self.command(),
+            layout.join(logs, STAGE_LOG_FILE),
+            container=config.container_settings(),
+        )

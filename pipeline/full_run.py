@@ -3,9 +3,11 @@
     luigi --module pipeline FullRun --local-scheduler                  # today, as cron runs it
     luigi --module pipeline FullRun --date 2026-01-31 --force-stage train
 
-When there is anything to do, FullRun first takes the date's lock (a second run of the same
-date is refused), sends the luigi log to `<run>/logs/`, and with `--force-stage` moves that
-stage's outputs and its dependants' into `<run>/superseded/<timestamp>/` so they rerun.
+Before anything is scheduled, FullRun refuses a date whose shard set was made with other
+Preprocess parameters than luigi.cfg's (it would otherwise count as done), and, when there is
+anything to do, takes the date's lock (a second run of the same date is refused), sends the
+luigi log to `<run>/logs/`, and with `--force-stage` moves that stage's outputs and its
+dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,22 @@ import logging
 import os
 
 import luigi
+import tensorflow as tf
 
-from contract import layout
+from contract import atomic, layout
 from pipeline import run_lock, supersede
 from pipeline.evaluate_task import Evaluate
 from pipeline.params import RunTask
+from pipeline.preprocess_task import Preprocess
+
+# Preprocess parameters that decide what the shard set holds; data_dir and friends only say
+# where the sources come from, and max_records_per_file only how many files hold them.
+SHARD_SET_PARAMETERS = ("dataset", "num_workers", "validation_fraction", "seed")
+
+
+class ShardSetMismatch(RuntimeError):
+    """The date's shard set exists but was made with other Preprocess parameters."""
+
 
 logger = logging.getLogger("luigi-interface")
 
@@ -42,17 +55,69 @@ class FullRun(RunTask, luigi.WrapperTask):
         return Evaluate(**self.shared_params())
 
     def complete(self) -> bool:
-        # luigi asks this first, before scheduling anything: the moment to claim the date.
-        if self._prepared or (self.force_stage is None and super().complete()):
-            return super().complete()
-        run_dir = layout.run_dir(self.output_root, self.date_str)
-        if run_lock.hold_for_process(run_dir):
-            _log_to_run_folder(self.output_root, self.date_str)
-            logger.info("holding the lock of %s for this run", run_dir)
-        if self.force_stage is not None:
-            supersede.supersede(self.output_root, self.date_str, self.force_stage)
-        self._prepared = True
+        # Why the preparation runs here: luigi's worker asks the root task's complete() first,
+        # before it calls any requires() or any dependency's complete(), and every later hook
+        # (run(), the START/SUCCESS events) fires only after Preprocess', Train's and
+        # Evaluate's completeness has been decided. Superseding a forced stage, refusing a
+        # mismatched shard set or taking the lock any later would come after luigi has already
+        # counted that stage as done (or started it unlocked). `_prepared` makes it happen once
+        # however often luigi asks; with `--workers N` the check still runs in this process
+        # (parallel_scheduling stays off, its default), so the lock stays held here.
+        if not self._prepared:
+            self._prepared = True
+            prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().complete()
+
+
+def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
+    """Gets a date ready to be scheduled: checks, locks, logs and supersedes, as needed.
+
+    Raises:
+        ShardSetMismatch: the date's shard set was made with other parameters (and is not
+            being forced to rerun).
+        RunLockedError: another process is running the date.
+    """
+    output_root, date = preprocess.output_root, preprocess.date_str
+    if force_stage != "preprocess":
+        check_shard_set_parameters(preprocess)
+    if force_stage is None and Evaluate(**preprocess.shared_params()).complete():
+        return  # nothing to do: no lock, no log file, nothing touched
+    run_dir = layout.run_dir(output_root, date)
+    if run_lock.hold_for_process(run_dir):
+        _log_to_run_folder(output_root, date)
+        logger.info("holding the lock of %s for this run", run_dir)
+    if force_stage is not None:
+        supersede.supersede(output_root, date, force_stage)
+
+
+def check_shard_set_parameters(preprocess: Preprocess) -> None:
+    """Refuses a date whose existing shard set was made with other Preprocess parameters.
+
+    Raises:
+        ShardSetMismatch: naming each differing parameter, both values, and the ways out.
+    """
+    path = preprocess.output().path
+    if not tf.io.gfile.exists(path):
+        return
+    doc = atomic.read_json(path)
+    recorded = {**doc.get("parameters", {}), "num_workers": doc.get("num_workers")}
+    differing = [
+        f"{name} {recorded[name]!r} (now {getattr(preprocess, name)!r})"
+        for name in SHARD_SET_PARAMETERS
+        if name in recorded and not _same(recorded[name], getattr(preprocess, name))
+    ]
+    if differing:
+        raise ShardSetMismatch(
+            f"the shard set {os.path.dirname(path)} was made with other Preprocess "
+            f"parameters: {', '.join(differing)}. Run with the parameters it was made with, "
+            "or rebuild it with --force-stage preprocess (the old one moves to superseded/)"
+        )
+
+
+def _same(recorded: object, wanted: object) -> bool:
+    if isinstance(recorded, (int, float)) and isinstance(wanted, (int, float)):
+        return float(recorded) == float(wanted)
+    return str(recorded) == str(wanted)
 
 
 def _log_to_run_folder(output_root: str, date: str) -> str:

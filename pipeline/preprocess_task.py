@@ -8,7 +8,7 @@ import sys
 import luigi
 
 from contract import layout
-from pipeline import executor
+from pipeline import config, runner
 from pipeline.params import RunTask
 
 STAGE_LOG_FILE = "preprocess.log"
@@ -86,7 +86,7 @@ class Preprocess(RunTask):
         )
 
     def command(self) -> list[str]:
-        """The stage's command line; a container or pod executor runs the same one."""
+        """The stage's command line; with `[Executor] kind = docker` it runs in a container."""
         return [
             sys.executable,
             "-m",
@@ -108,4 +108,10 @@ class Preprocess(RunTask):
 
     def run(self) -> None:
         logs = layout.logs_dir(self.output_root, self.date_str)
-        executor.run_stage("preprocess", self.command(), layout.join(logs, STAGE_LOG_FILE))
+        runner.run_stage(
+            self,
+            "preprocess",
+            self.command(),
+            layout.join(logs, STAGE_LOG_FILE),
+            container=config.container_settings(),
+        )

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
 import sys
-import threading
 
 import luigi
 
 from contract import layout
-from pipeline import executor
+from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
 
 STAGE_LOG_FILE = "train.log"
-PROGRESS_PREFIX = "PROGRESS "  # the line the chief prints after every epoch
-POLL_SECONDS = 2.0
 
 
 class Train(RunTask):
@@ -73,7 +67,11 @@ class Train(RunTask):
         )
 
     def command(self) -> list[str]:
-        """The stage's command line; the docker executor swaps where the workers run."""
+        """The stage's command line; with `[Executor] kind = docker` its workers are containers.
+
+        The launcher itself always runs here: `--backend docker --image ...` (from [Docker])
+        makes it start one container per worker.
+        """
         settings = {
             "data_dir": layout.data_dir(self.output_root, self.date_str),
             "train_dir": layout.train_dir(self.output_root, self.date_str),
@@ -94,54 +92,8 @@ class Train(RunTask):
         args = [sys.executable, "-m", "train", "launch"]
         for name, value in settings.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
-        return args
+        return args + config.train_backend_flags()
 
     def run(self) -> None:
         logs = layout.logs_dir(self.output_root, self.date_str)
-        os.makedirs(logs, exist_ok=True)
-        log_path = layout.join(logs, STAGE_LOG_FILE)
-        with open(log_path, "ab") as log:
-            log.write(f"$ {shlex.join(self.command())}\n".encode())
-            log.flush()
-            start = log.tell()
-            result: list[int] = []
-            stage = threading.Thread(
-                target=lambda: result.append(executor.call(self.command(), log))
-            )
-            stage.start()
-            while stage.is_alive():
-                stage.join(POLL_SECONDS)
-                self._report_progress(log_path, start)
-        if result != [0]:
-            raise RuntimeError(
-                f"the train stage exited with {result[0] if result else 'an error'}; "
-                f"its log is {log_path}:\n{_error_summary(log_path)}"
-            )
-
-    def _report_progress(self, log_path: str, start: int) -> None:
-        """Shows the chief's latest PROGRESS line in Luigi (percentage and status message)."""
-        latest = None
-        with open(log_path, errors="replace") as f:
-            f.seek(start)
-            for line in f:
-                if line.startswith(PROGRESS_PREFIX):
-                    latest = line
-        if latest is None:
-            return
-        try:
-            progress = json.loads(latest[len(PROGRESS_PREFIX) :])
-        except ValueError:
-            return
-        self.set_progress_percentage(round(100 * progress["epoch"] / progress["epochs"]))
-        metrics = ", ".join(
-            f"{k} {v:.4f}" for k, v in progress.items() if k not in ("epoch", "epochs")
-        )
-        self.set_status_message(f"epoch {progress['epoch']}/{progress['epochs']}: {metrics}")
-
-
-def _error_summary(path: str, lines: int = 20) -> str:
-    """The stage's one-line error ("train: ...") when it printed one, else the log's tail."""
-    with open(path, errors="replace") as f:
-        text = f.readlines()
-    errors = [line for line in text if line.startswith("train: ")]
-    return errors[-1] if errors else "".join(text[-lines:])
+        runner.run_stage(self, "train", self.command(), layout.join(logs, STAGE_LOG_FILE))

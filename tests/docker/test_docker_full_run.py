@@ -53,14 +53,14 @@ def runs(stage_image, tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
     sums = write_tiny_sources(root / "sources")
     os.replace(sums, root / "sources.sha256")
     build_tiny_tfds(str(root / "tfds"), str(root / "sources"), str(root / "sources.sha256"))
-    local = full_run(root, str(root / "local"), "--ExecutorConfig-kind=local")
+    local = full_run(root, str(root / "local"), "--Executor-kind=local")
     assert local.returncode == 0, local.stderr[-4000:]
     docker = full_run(
         root,
         str(root / "docker"),
-        "--ExecutorConfig-kind=docker",
-        f"--DockerConfig-image={stage_image}",
-        f"--DockerConfig-mounts={json.dumps([str(root)])}",
+        "--Executor-kind=docker",
+        f"--Docker-image={stage_image}",
+        f"--Docker-mounts={json.dumps([str(root)])}",
     )
     assert docker.returncode == 0, docker.stderr[-4000:]
     return root / "local" / DATE, root / "docker" / DATE
@@ -92,9 +92,10 @@ def test_every_stage_ran_in_containers(runs):
     _, docker = runs
     for stage in ("preprocess", "evaluate"):
         log = (docker / "logs" / f"{stage}.log").read_text()
-        assert "[executor docker] docker run " in log and f" {stage} " in log, stage
+        assert "$ docker run --rm --init" in log and f" {stage} " in log, stage
     train_log = (docker / "logs" / "train.log").read_text()
-    assert "[executor docker] train launcher here, its workers in containers" in train_log
+    assert " -m train launch " in train_log and " --backend docker --image " in train_log
+    assert "workers run in containers of " in train_log
     for index in (0, 1):
         worker_log = (docker / "train" / "logs" / f"worker-{index}.log").read_text()
         assert f"=== attempt 0 worker {index} (nightly-trainer-" in worker_log

@@ -1,4 +1,4 @@
-"""Training with worker containers: same artefacts as local workers, whole-cluster restarts."""
+"""Worker containers (`train launch --backend docker`) and stage containers (pipeline.runner)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import subprocess
 import sys
 import threading
 
+import luigi
 import pytest
 
 from contract import layout
-from pipeline.executor import DockerExecutor, DockerSettings, LocalExecutor
+from contract.containers import ContainerSettings
+from pipeline import runner
 from tests import factories
+from tests.factories import PROJECT_ROOT
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.docker
@@ -41,13 +44,18 @@ def launch_command(data_dir: str, train_dir: str, **overrides) -> list[str]:
     return command
 
 
-def call_logged(executor, command: list[str], log_path: pathlib.Path) -> int:
+def in_containers(command: list[str], stage_image: str, root: pathlib.Path) -> list[str]:
+    """The same launch with one container per worker, `root` mounted at its own path."""
+    return [*command, "--backend", "docker", "--image", stage_image, "--docker-mount", str(root)]
+
+
+def call_logged(command: list[str], log_path: pathlib.Path) -> int:
+    """Runs a command as a shell or CI would, its output appended to `log_path`."""
+    env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     with open(log_path, "ab") as log:
-        return executor.call(command, log)
-
-
-def docker_executor(stage_image: str, root: pathlib.Path) -> DockerExecutor:
-    return DockerExecutor(DockerSettings(stage_image, (str(root),), workdir=str(root)))
+        return subprocess.call(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, env=env
+        )
 
 
 def read_json(path: str) -> dict:
@@ -81,13 +89,13 @@ def local_and_docker_runs(stage_image, shard_root) -> tuple[str, str]:
     """The same training run once with local workers and once with worker containers."""
     data_dir = str(shard_root / "data")
     train_dirs = []
-    for kind, executor in [
-        ("local", LocalExecutor()),
-        ("docker", docker_executor(stage_image, shard_root)),
-    ]:
+    for kind in ("local", "docker"):
         train_dir = str(shard_root / f"train-{kind}")
         log = shard_root / f"{kind}.log"
-        code = call_logged(executor, launch_command(data_dir, train_dir), log)
+        command = launch_command(data_dir, train_dir)
+        if kind == "docker":
+            command = in_containers(command, stage_image, shard_root)
+        code = call_logged(command, log)
         assert code == 0, f"{kind} training failed:\n" + log.read_text()[-4000:]
         train_dirs.append(train_dir)
     return train_dirs[0], train_dirs[1]
@@ -151,12 +159,8 @@ def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image
     log = shard_root / "killed.log"
     chief_log = pathlib.Path(train_dir, "logs", "worker-0.log")
     result: dict[str, int] = {}
-    command = launch_command(data_dir, train_dir, epochs=4)
-    runner = threading.Thread(
-        target=lambda: result.update(
-            code=call_logged(docker_executor(stage_image, shard_root), command, log)
-        )
-    )
+    command = in_containers(launch_command(data_dir, train_dir, epochs=4), stage_image, shard_root)
+    runner = threading.Thread(target=lambda: result.update(code=call_logged(command, log)))
     runner.start()
     # Kill worker 1 once the chief has finished its first epoch (a PROGRESS line).
     wait_until(
@@ -187,15 +191,55 @@ def test_bad_training_input_is_rejected_before_any_container_starts(stage_image,
     train_dir = str(shard_root / "train-bad")
     log = shard_root / "bad.log"
     command = launch_command(str(shard_root / "data"), train_dir, model="nope")
-    code = call_logged(docker_executor(stage_image, shard_root), command, log)
+    code = call_logged(in_containers(command, stage_image, shard_root), log)
     assert code == 2, log.read_text()[-3000:]
-    assert "unknown model 'nope'" in log.read_text()
+    assert "error: unknown model 'nope'" in log.read_text()
     assert worker_container(train_dir, 0) == worker_container(train_dir, 1) == ""
 
 
-def test_a_failing_stage_container_returns_its_exit_code(stage_image, shard_root):
+def test_killed_launcher_leaves_no_container(stage_image, shard_root):
+    """SIGKILL of the launcher: its reaper removes every worker container of that launch."""
+    data_dir, train_dir = str(shard_root / "data"), str(shard_root / "train-orphans")
+    log = shard_root / "orphans.log"
+    command = in_containers(launch_command(data_dir, train_dir, epochs=50), stage_image, shard_root)
+    env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    with open(log, "ab") as out:
+        launcher = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, env=env
+        )
+    try:
+        wait_until(
+            lambda: worker_container(train_dir, 0) and worker_container(train_dir, 1),
+            timeout=300,
+            alive=lambda: launcher.poll() is None,
+            failure=lambda: log.read_text()[-3000:],
+            interval=0.5,
+        )
+    finally:
+        launcher.kill()
+        launcher.wait()
+    wait_until(
+        lambda: all_containers(train_dir) == "",
+        timeout=120,
+        failure=lambda: f"containers outlived the killed launcher: {all_containers(train_dir)}",
+        interval=0.5,
+    )
+
+
+def all_containers(train_dir: str) -> str:
+    """Every container (running or not) of runs in `train_dir`."""
+    proc = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=nightly-trainer.train-dir={train_dir}"],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip()
+
+
+def test_a_failing_stage_container_fails_the_task_with_its_error(stage_image, shard_root):
     log = shard_root / "evaluate-missing.log"
     command = [sys.executable, "-m", "evaluate", "--output-root", str(shard_root / "none")]
-    code = call_logged(docker_executor(stage_image, shard_root), [*command, "--date", "x"], log)
-    assert code != 0
-    assert "[executor docker] docker run " in log.read_text()
+    container = ContainerSettings(stage_image, (str(shard_root),), workdir=str(shard_root))
+    with pytest.raises(runner.StageFailed, match=r"^the evaluate stage "):
+        runner.run_stage(luigi.Task(), "evaluate", [*command, "--date", "x"], str(log), container)
+    assert "$ docker run --rm --init" in log.read_text()

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 
 import luigi
 import pytest
 
 from evaluate.__main__ import parse_args
-from pipeline import Evaluate, FullRun, Train, supersede
+from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, run_lock, supersede
+from tests.factories import PROJECT_ROOT
 
 DATE = datetime.date(2026, 1, 31)
+RETCODE_SCHEDULING_ERROR = 35  # luigi.cfg [retcode]
 SHARED = {"date": DATE, "output_root": "/runs", "dataset": "fashion_mnist", "num_workers": 2}
 
 
@@ -58,3 +64,55 @@ def test_force_stage_accepts_only_stage_names():
 def test_every_parameter_is_described(task):
     for name, parameter in task.get_params():
         assert parameter.description, f"{task.__name__}.{name} has no description"
+
+
+def write_manifest(root, **parameters) -> None:
+    """A shard set's manifest as preprocess records it (only what FullRun compares)."""
+    data_dir = root / "2026-01-31" / "data"
+    data_dir.mkdir(parents=True)
+    recorded = {"dataset": "fashion_mnist", "num_workers": 2, "validation_fraction": 0.1}
+    recorded |= {"seed": "0", **parameters}
+    doc = {"parameters": recorded, "num_workers": recorded["num_workers"]}
+    (data_dir / "manifest.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("recorded", "named"),
+    [
+        ({"validation_fraction": 0.2}, "validation_fraction 0.2 (now 0.1)"),
+        ({"seed": "7"}, "seed '7' (now '0')"),
+        ({"num_workers": 3}, "num_workers 3 (now 2)"),
+        ({"dataset": "mnist"}, "dataset 'mnist' (now 'fashion_mnist')"),
+    ],
+)
+def test_full_run_refuses_a_shard_set_made_with_other_parameters(tmp_path, recorded, named):
+    write_manifest(tmp_path, **recorded)
+    run = FullRun(**(SHARED | {"output_root": str(tmp_path)}))
+    with pytest.raises(
+        full_run.ShardSetMismatch, match="made with other Preprocess parameters"
+    ) as e:
+        run.complete()
+    assert named in str(e.value) and "--force-stage preprocess" in str(e.value)
+    assert not (tmp_path / "2026-01-31" / run_lock.LOCK_FILE).exists()
+
+
+def test_full_run_accepts_its_own_shard_set(tmp_path):
+    write_manifest(tmp_path)
+    run = FullRun(**(SHARED | {"output_root": str(tmp_path)}))
+    full_run.check_shard_set_parameters(Preprocess(**run.shared_params()))
+
+
+def test_mismatch_refusal_through_the_command_line(tmp_path):
+    write_manifest(tmp_path, validation_fraction=0.25)
+    result = subprocess.run(
+        [sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler"]
+        + ["--date=2026-01-31", f"--output-root={tmp_path}"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=300,
+    )
+    assert result.returncode == RETCODE_SCHEDULING_ERROR
+    assert "validation_fraction 0.25 (now 0.1)" in result.stdout + result.stderr
+    assert not (tmp_path / "2026-01-31" / "train").exists()

@@ -10,6 +10,7 @@ import luigi
 import pytest
 
 from contract import layout
+from contract.messages import PROGRESS_PREFIX
 from pipeline.train_task import Train
 from tests.train.conftest import write_small_shard_set
 
@@ -43,17 +44,39 @@ def test_command_maps_parameters(output_root):
     assert flags["--epochs"] == "2"
 
 
-def test_progress_lines_reach_luigi(output_root, tmp_path):
-    task = Train(date=DATE, output_root=output_root, **SMALL)
-    seen: dict[str, object] = {}
-    task.set_progress_percentage = lambda p: seen.update(percent=p)
-    task.set_status_message = lambda m: seen.update(message=m)
-    log = tmp_path / "train.log"
-    progress = {"epoch": 3, "epochs": 4, "loss": 0.5, "val_accuracy": 0.875}
-    log.write_text("noise\nPROGRESS " + json.dumps(progress) + "\n")
-    task._report_progress(str(log), 0)
-    assert seen["percent"] == 75
-    assert seen["message"] == "epoch 3/4: loss 0.5000, val_accuracy 0.8750"
+def test_local_executor_runs_workers_as_local_processes(output_root):
+    command = Train(date=DATE, output_root=output_root, **SMALL).command()
+    assert "--backend" not in command
+
+
+@pytest.fixture
+def docker_executor_cfg():
+    """luigi.cfg's [Executor] kind = docker with a [Docker] image and mounts, for one test."""
+    cfg = luigi.configuration.get_config()
+    values = {
+        ("Executor", "kind"): "docker",
+        ("Docker", "image"): "img:1",
+        ("Docker", "mounts"): '["runs", ".cache:ro"]',
+    }
+    saved = {key: cfg.get(*key, None) for key in values}
+    for (section, name), value in values.items():
+        cfg.set(section, name, value)
+    yield
+    for (section, name), value in saved.items():
+        if value is None:
+            cfg.remove_option(section, name)
+        else:
+            cfg.set(section, name, value)
+
+
+def test_docker_executor_adds_the_launchers_docker_backend(output_root, docker_executor_cfg):
+    command = Train(date=DATE, output_root=output_root, **SMALL).command()
+    assert command[1:4] == ["-m", "train", "launch"]  # the launcher still runs here
+    tail = command[command.index("--backend") :]
+    assert tail == [
+        "--backend", "docker", "--image", "img:1", "--docker-mount", "runs",
+        "--docker-mount", ".cache:ro", "--worker-port", "2222",
+    ]  # fmt: skip
 
 
 @pytest.mark.e2e
@@ -64,7 +87,7 @@ def test_luigi_train_runs_and_writes_history(output_root):
         doc = json.load(f)
     assert doc["epochs_completed"] == 2 and doc["num_workers"] == 2
     with open(os.path.join(layout.logs_dir(output_root, "2026-01-31"), "train.log")) as f:
-        assert f.read().count("PROGRESS ") == 2
+        assert f.read().count(PROGRESS_PREFIX) == 2
 
 
 @pytest.mark.e2e

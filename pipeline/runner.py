@@ -1,0 +1,178 @@
+"""Runs a stage's command for a Luigi task: its log, its progress, its error line, its whole tree.
+
+`run_stage(task, stage, command, log_path)` is how every task runs its stage. The command runs
+as a local process, or for preprocess and evaluate with `[Executor] kind = docker` as a
+`docker run` of the stages' image (the train task instead passes `--backend docker` to its
+launcher, which stays a local process). Its output is appended to the stage's log, its
+`PROGRESS {...}` lines become Luigi's progress percentage and status message, and a non-zero
+exit raises `StageFailed` carrying the stage's own `error: ...` line (or the log's tail).
+
+The task owns the stage's whole process tree. The command starts in its own process group
+with a parent-death signal (SIGTERM, so the train launcher still stops its workers and
+containers), and a group reaper in its own session holds the read end of a pipe only this
+process writes: when this process dies in any way (SIGKILL included) the kernel closes the
+pipe and the reaper ends the whole group, SIGTERM then SIGKILL. An exception here (a failing
+task, Luigi's SIGTERM turned into an exception) ends the group the same way before re-raising,
+and stragglers left in the group after the stage exits are killed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+import luigi
+
+from contract.containers import ContainerSettings
+from contract.messages import last_error, parse_progress
+from pipeline import docker_run
+
+TAIL_LINES = 20
+GROUP_GRACE_SECONDS = 60  # the train launcher stops its workers and containers in this time
+# Waits for EOF on stdin (this process gone), then ends process group $1: TERM, then KILL.
+GROUP_REAPER_SCRIPT = (
+    'cat >/dev/null; kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
+    f'while [ $i -lt {GROUP_GRACE_SECONDS} ] && kill -0 "-$1" 2>/dev/null; '
+    'do sleep 1; i=$((i+1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
+)
+
+
+class StageFailed(RuntimeError):
+    """A stage command exited non-zero; the message is the stage's own error line."""
+
+
+def run_stage(
+    task: luigi.Task,
+    stage: str,
+    command: Sequence[str],
+    log_path: str,
+    container: ContainerSettings | None = None,
+) -> None:
+    """Runs `command` (in a `container` of the stages' image when given), logging to `log_path`.
+
+    Raises:
+        StageFailed: the stage exited non-zero; names its error line (or log tail) and log.
+        ContainerError: `container` is given but Docker cannot run it.
+    """
+    name = None
+    if container is not None:
+        command, name = docker_run.container_command(command, container)
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(command)}\n".encode())
+        log.flush()
+        try:
+            code, tail, error = _run_logged(task, list(command), log)
+        finally:
+            if name is not None:
+                docker_run.remove_container_quietly(name)
+    if code != 0:
+        if error is not None:
+            raise StageFailed(f"the {stage} stage failed: {error} (exit {code}; log: {log_path})")
+        raise StageFailed(
+            f"the {stage} stage exited with {code}; its log is {log_path}, ending:\n"
+            + "\n".join(tail)
+        )
+
+
+def _run_logged(
+    task: luigi.Task, command: list[str], log: Any
+) -> tuple[int, collections.deque[str], str | None]:
+    """Runs `command` as its own process group, copying its output to `log`.
+
+    Returns:
+        (exit code, the output's last lines, its last `error:` line or None).
+    """
+    env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # its own process group, ended as one
+        preexec_fn=_term_with_parent,
+    )
+    reaper, reaper_pipe = _start_group_reaper(process.pid)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    error = None
+    try:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            log.write(raw)
+            log.flush()
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            tail.append(line)
+            error = last_error([line]) or error
+            progress = parse_progress(line)
+            if progress is not None:
+                report_progress(task, progress)
+        code = process.wait()
+    except BaseException:
+        _end_group(process)
+        raise
+    finally:
+        _kill_group(process.pid)  # stragglers outliving the stage
+        reaper.kill()  # the group is gone: the reaper has nothing left to do
+        reaper.wait()
+        os.close(reaper_pipe)
+    return code, tail, error
+
+
+def report_progress(task: luigi.Task, progress: dict[str, Any]) -> None:
+    """Shows a stage's progress line in Luigi: percentage from epoch/epochs, values as status.
+
+    Outside a luigi worker (the task run by hand) there is nowhere to show it.
+    """
+    if not callable(task.set_progress_percentage) or not callable(task.set_status_message):
+        return
+    with contextlib.suppress(KeyError, TypeError, ValueError, ZeroDivisionError):
+        task.set_progress_percentage(round(100 * progress["epoch"] / progress["epochs"]))
+        values = ", ".join(
+            f"{k} {v:.4f}" for k, v in progress.items() if k not in ("epoch", "epochs")
+        )
+        task.set_status_message(f"epoch {progress['epoch']}/{progress['epochs']}: {values}")
+
+
+def _term_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _start_group_reaper(group: int) -> tuple[subprocess.Popen[bytes], int]:
+    """The reaper of process group `group`, and the write end of its pipe (close = go)."""
+    read_end, write_end = os.pipe()  # non-inheritable: only this process holds the write end
+    try:
+        reaper = subprocess.Popen(
+            ["sh", "-c", GROUP_REAPER_SCRIPT, "group-reaper", str(group)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not in the group it ends
+        )
+    finally:
+        os.close(read_end)
+    return reaper, write_end
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the stage's group, SIGKILL after GROUP_GRACE_SECONDS; waits for the stage."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(GROUP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        _kill_group(process.pid)
+        process.wait()
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
