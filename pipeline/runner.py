@@ -11,9 +11,10 @@ The task owns the stage's whole process tree. The command starts in its own proc
 with a parent-death signal (SIGTERM, so the train launcher still stops its workers and
 containers), and a group reaper in its own session holds the read end of a pipe only this
 process writes: when this process dies in any way (SIGKILL included) the kernel closes the
-pipe and the reaper ends the whole group, SIGTERM then SIGKILL. An exception here (a failing
-task, Luigi's SIGTERM turned into an exception) ends the group the same way before re-raising,
-and stragglers left in the group after the stage exits are killed.
+pipe and the reaper ends the whole group, SIGTERM then SIGKILL, then removes the stage's
+container (a `docker run` client killed before its container would leave it running). An
+exception here (a failing task, or an interrupt) ends the group the same way before
+re-raising, and stragglers left in the group after the stage exits are killed.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ from pipeline import docker_run
 
 TAIL_LINES = 20
 GROUP_GRACE_SECONDS = 60  # the train launcher stops its workers and containers in this time
-# Waits for EOF on stdin (this process gone), then ends process group $1: TERM, then KILL.
+# Waits for EOF on stdin (this process gone), then ends process group $1: TERM, then KILL;
+# then removes the stage's container $2, if any (its client may have died before it).
 GROUP_REAPER_SCRIPT = (
-    'cat >/dev/null; kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
+    'cat >/dev/null; if kill -TERM "-$1" 2>/dev/null; then i=0; '
     f'while [ $i -lt {GROUP_GRACE_SECONDS} ] && kill -0 "-$1" 2>/dev/null; '
-    'do sleep 1; i=$((i+1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
+    'do sleep 1; i=$((i+1)); done; kill -KILL "-$1" 2>/dev/null; fi; '
+    '[ -z "$2" ] || docker rm -f "$2" >/dev/null 2>&1; exit 0'
 )
 
 
@@ -69,7 +72,7 @@ def run_stage(
         log.write(f"$ {shlex.join(command)}\n".encode())
         log.flush()
         try:
-            code, tail, error = _run_logged(task, list(command), log)
+            code, tail, error = _run_logged(task, list(command), log, name or "")
         finally:
             if name is not None:
                 docker_run.remove_container_quietly(name)
@@ -83,9 +86,11 @@ def run_stage(
 
 
 def _run_logged(
-    task: luigi.Task, command: list[str], log: Any
+    task: luigi.Task, command: list[str], log: Any, container_name: str = ""
 ) -> tuple[int, collections.deque[str], str | None]:
     """Runs `command` as its own process group, copying its output to `log`.
+
+    `container_name` names the stage's container, for the reaper to remove if this process dies.
 
     Returns:
         (exit code, the output's last lines, its last `error:` line or None).
@@ -100,7 +105,7 @@ def _run_logged(
         start_new_session=True,  # its own process group, ended as one
         preexec_fn=_term_with_parent,
     )
-    reaper, reaper_pipe = _start_group_reaper(process.pid)
+    reaper, reaper_pipe = _start_group_reaper(process.pid, container_name)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     error = None
     try:
@@ -146,12 +151,12 @@ def _term_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _start_group_reaper(group: int) -> tuple[subprocess.Popen[bytes], int]:
-    """The reaper of process group `group`, and the write end of its pipe (close = go)."""
+def _start_group_reaper(group: int, container_name: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Starts the reaper of `group` (and its container); returns it and its pipe's write end."""
     read_end, write_end = os.pipe()  # non-inheritable: only this process holds the write end
     try:
         reaper = subprocess.Popen(
-            ["sh", "-c", GROUP_REAPER_SCRIPT, "group-reaper", str(group)],
+            ["sh", "-c", GROUP_REAPER_SCRIPT, "group-reaper", str(group), container_name],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -243,3 +243,50 @@ def test_a_failing_stage_container_fails_the_task_with_its_error(stage_image, sh
     with pytest.raises(runner.StageFailed, match=r"^the evaluate stage "):
         runner.run_stage(luigi.Task(), "evaluate", [*command, "--date", "x"], str(log), container)
     assert "$ docker run --rm --init" in log.read_text()
+
+
+# Stands in for luigi: runs a long stage (`sleep`, run as given by the image) in a container.
+RUNNER_STANDIN = """
+import sys
+import luigi
+from contract.containers import ContainerSettings
+from pipeline import runner
+image, root, log = sys.argv[1:]
+settings = ContainerSettings(image, (root,), workdir=root)
+runner.run_stage(luigi.Task(), "sleep", [sys.executable, "-m", "sleep", "600"], log, settings)
+"""
+
+
+def stage_containers(stage: str, *flags: str) -> str:
+    proc = subprocess.run(
+        ["docker", "ps", "-q", *flags, "--filter", f"label=nightly-trainer.stage={stage}"],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip()
+
+
+def test_killed_runner_leaves_no_stage_container(stage_image, shard_root):
+    """SIGKILL of the process running a stage container (luigi) removes the container too."""
+    log = shard_root / "sleep.log"
+    standin = subprocess.Popen(
+        [sys.executable, "-c", RUNNER_STANDIN, stage_image, str(shard_root), str(log)],
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        wait_until(
+            lambda: stage_containers("sleep") != "",
+            timeout=120,
+            alive=lambda: standin.poll() is None,
+            failure=lambda: "the stage container never started:\n" + log.read_text()[-2000:],
+            interval=0.5,
+        )
+    finally:
+        standin.kill()
+        standin.wait()
+    wait_until(
+        lambda: stage_containers("sleep", "-a") == "",
+        timeout=120,
+        failure=lambda: f"containers outlived the killed runner: {stage_containers('sleep', '-a')}",
+        interval=0.5,
+    )
