@@ -1,4 +1,4 @@
-"""FullRun with `[executor] kind = docker`: every stage in containers, the same run as local."""
+"""FullRun with `[Executor] kind = docker`: every stage in containers, the same run as local."""
 
 from __future__ import annotations
 
