@@ -1,0 +1,196 @@
+"""Where a training step's time goes, and its achieved FLOP/s against this machine's matmul peak.
+
+Measured in one process with every core (TensorFlow's default thread pools), on random
+float32 images of the default dataset's shape, so the input pipeline is timed on its own:
+
+- peak: a 1024x1024 float32 matmul loop, the most this CPU does through TensorFlow;
+- the model's FLOPs per example, counted by layer arithmetic (Conv2D and Dense multiply-adds;
+  batch norm, pooling and activations are left out, well under 1 % of the total); a training
+  step is counted as 3x the forward pass (forward, gradient with respect to activations and
+  with respect to weights);
+- per-step times of: input (parse + batch of the real shard files), forward, forward+backward,
+  + optimizer apply (a bare tf.function step), and a `model.fit` step (Keras's own overhead).
+
+Run alone: `python -m bench profile`. All-reduce cost is not here: it needs two processes and
+is the difference between the two rows of `bench_train`'s worker-vs-process comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.result import Result
+
+MATMUL_N = 1024
+MATMUL_SECONDS = 3.0
+BATCH = 256
+MODEL = "cnn"
+IMAGE_SHAPE = (28, 28, 1)
+NUM_CLASSES = 10
+WARMUP_STEPS = 10
+TIMED_STEPS = 40
+
+
+def matmul_peak_flops() -> float:
+    """FLOP/s of a square float32 matmul loop (best of three timed windows)."""
+    import tensorflow as tf
+
+    a = tf.random.normal([MATMUL_N, MATMUL_N])
+    b = tf.random.normal([MATMUL_N, MATMUL_N])
+
+    @tf.function
+    def ten_matmuls(x: tf.Tensor) -> tf.Tensor:
+        for _ in range(10):
+            x = tf.matmul(x, b) * 1e-3
+        return x
+
+    ten_matmuls(a).numpy()
+    best = 0.0
+    for _ in range(3):
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < MATMUL_SECONDS / 3:
+            ten_matmuls(a).numpy()
+            count += 10
+        best = max(best, 2 * MATMUL_N**3 * count / (time.perf_counter() - started))
+    return best
+
+
+def forward_flops_per_example(model: Any) -> float:
+    """Multiply-add FLOPs (2 per MAC) of one example's forward pass through Conv2D and Dense."""
+    import tf_keras as keras
+
+    total = 0.0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            _, height, width, filters = layer.output.shape
+            kh, kw = layer.kernel_size
+            channels_in = layer.input.shape[-1]
+            total += 2.0 * height * width * filters * kh * kw * channels_in
+        elif isinstance(layer, keras.layers.Dense):
+            total += 2.0 * layer.input.shape[-1] * layer.units
+    return total
+
+
+def _seconds_per_call(fn: Callable[[], Any], steps: int = TIMED_STEPS) -> float:
+    for _ in range(WARMUP_STEPS):
+        fn()
+    started = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - started) / steps
+
+
+def step_breakdown() -> dict[str, float]:
+    """Seconds per step of each part of training one batch of BATCH examples."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from train import models
+
+    model = models.build(MODEL, IMAGE_SHAPE, NUM_CLASSES)
+    optimizer = keras.optimizers.Adam(1e-3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.integers(0, 256, (BATCH, *IMAGE_SHAPE)).astype("float32"))
+    y = tf.constant(rng.integers(0, NUM_CLASSES, BATCH))
+
+    @tf.function
+    def forward() -> tf.Tensor:
+        return loss_fn(y, model(x, training=True))
+
+    @tf.function
+    def forward_backward() -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    @tf.function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    times = {
+        "forward": _seconds_per_call(lambda: forward().numpy()),
+        "forward+backward": _seconds_per_call(lambda: [g.numpy() for g in forward_backward()]),
+        "train step": _seconds_per_call(lambda: train_step().numpy()),
+    }
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss_fn, metrics=["accuracy"])
+    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
+    model.fit(dataset, steps_per_epoch=WARMUP_STEPS, epochs=1, verbose=0)
+    started = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=TIMED_STEPS, epochs=1, verbose=0)
+    times["fit step"] = (time.perf_counter() - started) / TIMED_STEPS
+    times["input"] = _input_seconds_per_batch()
+    times["forward_flops_per_example"] = forward_flops_per_example(model)
+    return times
+
+
+def _input_seconds_per_batch() -> float:
+    """Seconds per batch of train.data's pipeline over one worker's shard of random images.
+
+    Parsing costs the same for any pixel values, so random bytes time it as well as real ones.
+    """
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+
+    from contract import layout, records
+    from train import data
+
+    examples = BATCH * 20
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        relative = layout.worker_file_name(0, 1, 0, 1)
+        os.makedirs(os.path.dirname(os.path.join(tmp, relative)))
+        with tf.io.TFRecordWriter(os.path.join(tmp, relative)) as writer:
+            for _ in range(examples):
+                image = rng.integers(0, 256, IMAGE_SHAPE, dtype=np.uint8)
+                writer.write(records.encode_example(image, int(rng.integers(NUM_CLASSES))))
+        shard_manifest = {
+            "num_workers": 1,
+            "image_shape": list(IMAGE_SHAPE),
+            "splits": {"train": {"examples_per_worker": examples}},
+            "files": [{"path": relative, "split": "train", "worker": 0}],
+        }
+        iterator = iter(data.train_dataset(tmp, shard_manifest, 0, BATCH, 1))
+        return _seconds_per_call(lambda: next(iterator))
+
+
+def run() -> list[Result]:
+    peak = matmul_peak_flops()
+    times = step_breakdown()
+    flops_per_step = 3 * times["forward_flops_per_example"] * BATCH
+    achieved = flops_per_step / times["fit step"]
+    bare = flops_per_step / times["train step"]
+    forward = times["forward"]
+    backward = times["forward+backward"] - forward
+    apply = times["train step"] - times["forward+backward"]
+    keras_overhead = times["fit step"] - times["train step"]
+    breakdown = (
+        f"per step of {BATCH}: input {times['input'] * 1e3:.1f} ms (own thread, overlaps), "
+        f"forward {forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, "
+        f"optimizer {apply * 1e3:.1f} ms, Keras fit overhead {keras_overhead * 1e3:.1f} ms; "
+        f"{times['forward_flops_per_example'] / 1e6:.1f} MFLOP forward per example; "
+        f"bare step {bare / 1e9:.1f} GFLOP/s; peak {peak / 1e9:.1f} GFLOP/s "
+        f"({MATMUL_N}x{MATMUL_N} float32 matmul)"
+    )
+    return [
+        Result(
+            benchmark=f"training FLOP/s vs matmul peak ({MODEL}, batch {BATCH}, 1 process)",
+            candidate="model.fit step",
+            baseline="float32 matmul loop",
+            candidate_value=achieved / 1e9,
+            baseline_value=peak / 1e9,
+            unit="GFLOP/s",
+            target_ratio=0.5,
+            notes=breakdown,
+        )
+    ]
