@@ -7,6 +7,7 @@ import logging
 import sys
 
 from contract.manifest import ManifestError
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from evaluate.config import EvaluateConfig
 from evaluate.data import EvalSplitError
 from evaluate.stage import TrainOutputError, run
@@ -35,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
         help="largest accuracy drop against the last blessed run (fraction: 0.01 = one point)",
     )
     args = parser.parse_args(argv)
+    # EvaluateConfig checks the ranges (batch size >= 1, fractions in [0, 1]); main turns
+    # its ValueError into the stage's one error line.
     return EvaluateConfig(
         output_root=args.output_root,
         date=args.date,
@@ -49,12 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = parse_args(argv)
+    try:
+        config = parse_args(argv)
+    except ValueError as e:
+        print(error_line(f"{e}; fix the flag and rerun"), file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         metrics = run(config)
     except (ManifestError, EvalSplitError, TrainOutputError, ValueError) as e:
-        logger.error("evaluation failed: %s", e)
-        return 1
+        print(error_line(str(e)), file=sys.stderr)
+        return EXIT_FAILED
     print(
         f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
         f"blessed {metrics['blessed']}"
