@@ -1,0 +1,124 @@
+"""The `<output_root>/latest.json` pointer to the last blessed model: schema, read, write, lock.
+
+Evaluate moves the pointer when it blesses a run; pipeline.supersede rewrites it when the
+blessed model itself is moved aside. Both hold `pointer_lock(output_root)` while they read,
+decide and move it, so two evaluations (or an evaluation and a supersede) never interleave.
+
+The lock is `fcntl.flock` on `latest.json.lock` beside the pointer for a local root. For a
+remote root (gs://...) there is no shared lock: a lock file under the local temp dir is used,
+which serialises writers on one machine only.
+
+Paths in a pointer written now are relative to output_root (`2026-01-31/train/model.keras`),
+so a copied or re-mounted runs folder keeps a valid pointer; older pointers with absolute
+paths are still read. `resolve(output_root, path)` gives the usable path for either.
+
+Crash consistency, with metrics.json as a date's completion marker (written last):
+  1. evaluate writes its pictures, report and blessing.json;
+  2. under the lock, it reads the pointer, decides and (if blessed) moves it;
+  3. it writes metrics.json last.
+A crash after 2 and before 3 leaves a pointer naming a date without metrics.json. Such a
+pointer is incomplete (`is_complete`): it is never used as the comparison baseline, and the
+rerun of that date's evaluation completes it (it may move the pointer again to the same date).
+So a complete blessed date always has the pointer moved (or a newer blessed date past it),
+and a pointer naming an incomplete date is only ever that date's own unfinished evaluation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any, TypedDict
+
+import tensorflow as tf
+
+from contract import atomic, layout
+
+
+class Pointer(TypedDict):
+    """The pointer's fields; `model_path` and `metrics_path` are relative to output_root."""
+
+    date: str
+    model_path: str
+    model_sha256: str
+    accuracy: float
+    loss: float
+    dataset: str
+    metrics_path: str
+    updated_utc: str
+
+
+def pointer_path(output_root: str) -> str:
+    """Where the pointer lives: `<output_root>/latest.json`."""
+    return layout.join(output_root, layout.LATEST_POINTER_FILE)
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def relative(output_root: str, path: str) -> str:
+    """`path` relative to output_root when it lies under it, else unchanged."""
+    if _is_remote(output_root) or _is_remote(path):
+        prefix = output_root.rstrip("/") + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+    root = os.path.abspath(output_root)
+    absolute = os.path.abspath(path)
+    if absolute.startswith(root + os.sep):
+        return os.path.relpath(absolute, root)
+    return path
+
+
+def resolve(output_root: str, path: str) -> str:
+    """A pointer path made usable: absolute and remote paths as they are, others under the root."""
+    if _is_remote(path) or os.path.isabs(path):
+        return path
+    return layout.join(output_root, path)
+
+
+def read(output_root: str) -> dict[str, Any] | None:
+    """The pointer as stored, or None before the first blessed run."""
+    path = pointer_path(output_root)
+    if not tf.io.gfile.exists(path):
+        return None
+    result: dict[str, Any] = atomic.read_json(path)
+    return result
+
+
+def write(output_root: str, pointer: dict[str, Any]) -> None:
+    """Writes the pointer atomically, storing its paths relative to output_root."""
+    stored = dict(pointer)
+    for key in ("model_path", "metrics_path"):
+        if key in stored:
+            stored[key] = relative(output_root, stored[key])
+    atomic.write_json_atomic(pointer_path(output_root), stored)
+
+
+def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
+    """Whether the evaluation the pointer names finished (its metrics.json exists)."""
+    metrics = pointer.get("metrics_path")
+    if not isinstance(metrics, str) or not metrics:
+        return False
+    return bool(tf.io.gfile.exists(resolve(output_root, metrics)))
+
+
+def _lock_file(output_root: str) -> str:
+    if _is_remote(output_root):
+        digest = hashlib.sha256(output_root.encode()).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f"nightly-trainer-pointer-{digest}.lock")
+    os.makedirs(output_root, exist_ok=True)
+    return pointer_path(output_root) + ".lock"
+
+
+@contextlib.contextmanager
+def pointer_lock(output_root: str) -> Iterator[None]:
+    """Holds the pointer's exclusive lock (blocking) for the `with` block."""
+    with open(_lock_file(output_root), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
