@@ -98,10 +98,15 @@ def write(output_root: str, pointer: dict[str, Any]) -> None:
 
 
 def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
-    """Whether the evaluation the pointer names finished (its metrics.json exists)."""
+    """Whether the evaluation the pointer names finished (its metrics.json exists).
+
+    A pointer that names no metrics file (written by hand or by an older version) counts as
+    complete: only an evaluation that moved the pointer and then crashed leaves one whose
+    metrics.json is missing.
+    """
     metrics = pointer.get("metrics_path")
     if not isinstance(metrics, str) or not metrics:
-        return False
+        return True
     return bool(tf.io.gfile.exists(resolve(output_root, metrics)))
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, layout, manifest
+from contract import atomic, layout, manifest, pointer
 from evaluate import blessing, data, plots, report, scoring
 from evaluate.config import EvaluateConfig
 
@@ -92,6 +92,30 @@ def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any
     return metrics
 
 
+def _comparable_baseline(
+    config: EvaluateConfig, current: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The pointer as the comparison baseline, or None when its evaluation is unfinished.
+
+    A pointer naming a date without metrics.json is left by an evaluation that crashed after
+    moving it: that date is not a baseline (and for its own rerun, not its own baseline).
+    """
+    if current is None or not pointer.is_complete(config.output_root, current):
+        return None
+    return current
+
+
+def _write_verdict(
+    config: EvaluateConfig, metrics: dict[str, Any], verdict: dict[str, Any]
+) -> None:
+    """Writes report.md and blessing.json for this verdict."""
+    out = config.evaluate_dir
+    atomic.write_bytes_atomic(
+        layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
+    )
+    atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
+
+
 def _absolute(path: str) -> str:
     """Local paths made absolute, so the pointer means the same from any folder; URLs as is."""
     return path if "://" in path else os.path.abspath(path)
@@ -135,16 +159,6 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         }
     )
 
-    verdict = blessing.decide(
-        date=config.date,
-        dataset=config.dataset,
-        accuracy=metrics["accuracy"],
-        min_accuracy=config.min_accuracy,
-        max_regression=config.max_regression,
-        baseline=blessing.read_pointer(config.latest_pointer_path),
-    )
-    metrics["blessed"] = verdict["blessed"]
-
     out = config.evaluate_dir
     tf.io.gfile.makedirs(out)
     plots.write_confusion_matrix(
@@ -153,27 +167,51 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         layout.join(out, report.CONFUSION_MATRIX_PNG),
     )
     plots.write_training_curves(history["history"], layout.join(out, report.TRAINING_CURVES_PNG))
-    atomic.write_bytes_atomic(
-        layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
-    )
-    atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
-    if verdict["moves_latest_pointer"]:
-        blessing.update_pointer(
-            config.latest_pointer_path,
-            {
-                "date": config.date,
-                "model_path": _absolute(config.model_path),
-                "model_sha256": metrics["model"]["sha256"],
-                "accuracy": metrics["accuracy"],
-                "loss": metrics["loss"],
-                "dataset": config.dataset,
-                "metrics_path": _absolute(layout.join(out, layout.METRICS_FILE)),
-                "updated_utc": verdict["decided_utc"],
-            },
+    # Reading, deciding and moving the pointer happen under the lock shared with supersede;
+    # metrics.json, the completion marker, is written after the pointer moved (see
+    # contract.pointer for why a crash in between stays consistent).
+    with pointer.pointer_lock(config.output_root):
+        current = pointer.read(config.output_root)
+        verdict = blessing.decide(
+            date=config.date,
+            dataset=config.dataset,
+            accuracy=metrics["accuracy"],
+            min_accuracy=config.min_accuracy,
+            max_regression=config.max_regression,
+            baseline=_comparable_baseline(config, current),
         )
-        logger.info("blessed: %s now points at %s", config.latest_pointer_path, config.model_path)
-    else:
-        logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
+        if (
+            verdict["moves_latest_pointer"]
+            and current is not None
+            and str(current.get("date", "")) > config.date
+        ):
+            # An unfinished newer evaluation holds the pointer: a backfill never takes it.
+            verdict["moves_latest_pointer"] = False
+            verdict["reasons"].append(
+                f"blessed, but the latest pointer stays on the newer run {current['date']} "
+                "(its evaluation is not finished yet)"
+            )
+        metrics["blessed"] = verdict["blessed"]
+        _write_verdict(config, metrics, verdict)
+        if verdict["moves_latest_pointer"]:
+            blessing.update_pointer(
+                config.latest_pointer_path,
+                {
+                    "date": config.date,
+                    "model_path": _absolute(config.model_path),
+                    "model_sha256": metrics["model"]["sha256"],
+                    "accuracy": metrics["accuracy"],
+                    "loss": metrics["loss"],
+                    "dataset": config.dataset,
+                    "metrics_path": _absolute(layout.join(out, layout.METRICS_FILE)),
+                    "updated_utc": verdict["decided_utc"],
+                },
+            )
+            logger.info(
+                "blessed: %s now points at %s", config.latest_pointer_path, config.model_path
+            )
+        else:
+            logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
     # Last: its presence is what marks the stage complete.
     atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
     return metrics

@@ -50,6 +50,10 @@ def test_pointer_is_complete_only_with_its_metrics(tmp_path) -> None:
     assert pointer.is_complete(root, stored)
 
 
+def test_pointer_without_metrics_path_counts_as_complete(tmp_path) -> None:
+    assert pointer.is_complete(str(tmp_path), {"date": "2026-01-30", "accuracy": 0.9})
+
+
 def test_read_before_the_first_blessing_is_none(tmp_path) -> None:
     assert pointer.read(str(tmp_path)) is None
 

@@ -129,4 +129,5 @@ def test_command_line(run_root, capsys, caplog):
     assert os.path.exists(os.path.join(evaluate_dir, layout.METRICS_FILE))
 
     assert main(["--output-root", str(run_root), "--date", "2026-02-01"]) == 1
-    assert "manifest not found" in caplog.text
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "manifest not found" in err[-1]
