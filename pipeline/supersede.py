@@ -15,6 +15,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from contract import atomic, layout
+from contract import pointer as latest_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -82,17 +83,19 @@ def _follow_latest_pointer(output_root: str, moved: dict[str, str]) -> None:
     newly blessed run moves it to another model.
     """
     path = layout.join(output_root, layout.LATEST_POINTER_FILE)
-    if not tf.io.gfile.exists(path):
-        return
-    pointer = atomic.read_json(path)
-    changed = False
-    for key in ("model_path", "metrics_path"):
-        value = os.path.abspath(pointer.get(key, ""))
-        for source, target in moved.items():
-            source, target = os.path.abspath(source), os.path.abspath(target)
-            if value.startswith(source + os.sep):
-                pointer[key] = target + value[len(source) :]
-                changed = True
-    if changed:
-        atomic.write_json_atomic(path, pointer)
-        logger.info("the latest pointer follows its model to %s", pointer["model_path"])
+    # Under the lock evaluate holds while it reads, decides and moves the pointer.
+    with latest_pointer.pointer_lock(output_root):
+        if not tf.io.gfile.exists(path):
+            return
+        pointer = atomic.read_json(path)
+        changed = False
+        for key in ("model_path", "metrics_path"):
+            value = os.path.abspath(pointer.get(key, ""))
+            for source, target in moved.items():
+                source, target = os.path.abspath(source), os.path.abspath(target)
+                if value.startswith(source + os.sep):
+                    pointer[key] = target + value[len(source) :]
+                    changed = True
+        if changed:
+            atomic.write_json_atomic(path, pointer)
+            logger.info("the latest pointer follows its model to %s", pointer["model_path"])
