@@ -8,9 +8,10 @@ The lock is `fcntl.flock` on `latest.json.lock` beside the pointer for a local r
 remote root (gs://...) there is no shared lock: a lock file under the local temp dir is used,
 which serialises writers on one machine only.
 
-Paths in a pointer written now are relative to output_root (`2026-01-31/train/model.keras`),
-so a copied or re-mounted runs folder keeps a valid pointer; older pointers with absolute
-paths are still read. `resolve(output_root, path)` gives the usable path for either.
+`write` stores paths relative to output_root (`2026-01-31/train/model.keras`), so a copied or
+re-mounted runs folder keeps a valid pointer; pointers with absolute paths are still read, and
+`resolve(output_root, path)` gives the usable path for either. (Evaluate and supersede still
+write absolute paths for now; switching them to `write` is issue 10's step.)
 
 Crash consistency, with metrics.json as a date's completion marker (written last):
   1. evaluate writes its pictures, report and blessing.json;
