@@ -34,6 +34,7 @@ import luigi
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_progress
 from pipeline import docker_run
+from pipeline.terminal import StageProgress
 
 TAIL_LINES = 20
 GROUP_GRACE_SECONDS = 60  # the train launcher stops its workers and containers in this time
@@ -68,25 +69,33 @@ def run_stage(
     if container is not None:
         command, name = docker_run.container_command(command, container)
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    terminal = StageProgress(stage)
+    terminal.start()
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(command)}\n".encode())
         log.flush()
         try:
-            code, tail, error = _run_logged(task, list(command), log, name or "")
+            code, tail, error = _run_logged(task, list(command), log, name or "", terminal)
         finally:
             if name is not None:
                 docker_run.remove_container_quietly(name)
     if code != 0:
+        terminal.failed(error or f"exit {code}; log: {log_path}")
         if error is not None:
             raise StageFailed(f"the {stage} stage failed: {error} (exit {code}; log: {log_path})")
         raise StageFailed(
             f"the {stage} stage exited with {code}; its log is {log_path}, ending:\n"
             + "\n".join(tail)
         )
+    terminal.done()
 
 
 def _run_logged(
-    task: luigi.Task, command: list[str], log: Any, container_name: str = ""
+    task: luigi.Task,
+    command: list[str],
+    log: Any,
+    container_name: str = "",
+    terminal: StageProgress | None = None,
 ) -> tuple[int, collections.deque[str], str | None]:
     """Runs `command` as its own process group, copying its output to `log`.
 
@@ -119,6 +128,9 @@ def _run_logged(
             progress = parse_progress(line)
             if progress is not None:
                 report_progress(task, progress)
+                if terminal is not None and "epoch" in progress and "epochs" in progress:
+                    with contextlib.suppress(TypeError, ValueError):
+                        terminal.epoch(progress)
         code = process.wait()
     except BaseException:
         _end_group(process)
