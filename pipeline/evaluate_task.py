@@ -7,7 +7,7 @@ import sys
 import luigi
 
 from contract import layout
-from pipeline import config, runner
+from pipeline import config, runner, terminal
 from pipeline.params import RunTask
 from pipeline.train_task import Train
 
@@ -69,3 +69,5 @@ class Evaluate(RunTask):
             layout.join(logs, STAGE_LOG_FILE),
             container=config.container_settings(),
         )
+        evaluate_dir = layout.evaluate_dir(self.output_root, self.date_str)
+        print(f"[evaluate] {terminal.evaluation_line(evaluate_dir)}", file=sys.stderr, flush=True)

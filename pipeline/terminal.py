@@ -77,3 +77,29 @@ def epoch_line(progress: dict[str, Any], epoch_seconds: list[float]) -> str:
         mean = sum(epoch_seconds) / len(epoch_seconds)
         parts.append(f"ETA {format_duration(mean * max(0, epochs - epoch))}")
     return " ".join(parts)
+
+
+def evaluation_line(evaluate_dir: str) -> str:
+    """`accuracy 0.9312, blessed (reasons...)` from an evaluate directory, read defensively."""
+    import json
+    import os
+
+    def read(name: str) -> dict[str, Any]:
+        try:
+            with open(os.path.join(evaluate_dir, name)) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    metrics, blessing = read("metrics.json"), read("blessing.json")
+    parts = []
+    if isinstance(metrics.get("accuracy"), (int, float)):
+        parts.append(f"accuracy {metrics['accuracy']:.4f}")
+    blessed = blessing.get("blessed", metrics.get("blessed"))
+    if isinstance(blessed, bool):
+        parts.append("blessed" if blessed else "NOT blessed")
+    reasons = blessing.get("reasons")
+    if isinstance(reasons, list) and reasons:
+        parts.append("(" + "; ".join(str(r) for r in reasons) + ")")
+    return " ".join(parts) or f"no metrics.json/blessing.json in {evaluate_dir}"

@@ -2,7 +2,7 @@
 
 import io
 
-from pipeline.terminal import StageProgress, epoch_line, format_duration
+from pipeline.terminal import StageProgress, epoch_line, evaluation_line, format_duration
 
 
 def test_format_duration():
@@ -35,3 +35,10 @@ def test_stage_progress_prints_epoch_line_with_eta_from_timings():
     progress.last_epoch_at = 100.0
     progress.epoch({"epoch": 1, "epochs": 3, "loss": 1.0}, now=130.0)
     assert out.getvalue() == "[train] epoch 1/3 loss 1.0000 ETA 1m00s\n"
+
+
+def test_evaluation_line_reads_metrics_and_blessing(tmp_path):
+    (tmp_path / "metrics.json").write_text('{"accuracy": 0.9312}')
+    (tmp_path / "blessing.json").write_text('{"blessed": false, "reasons": ["below 0.94"]}')
+    assert evaluation_line(str(tmp_path)) == "accuracy 0.9312 NOT blessed (below 0.94)"
+    assert "no metrics.json" in evaluation_line(str(tmp_path / "missing"))
