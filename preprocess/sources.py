@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -12,6 +13,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
 
 from contract import atomic
+from preprocess import scaled_dataset
 from preprocess.errors import PreprocessError
 
 SOURCES_DIR = pathlib.Path(__file__).resolve().parent / "sources"
@@ -32,8 +34,21 @@ class DatasetSpec:
 
 
 def recorded_checksums_path(dataset: str) -> str:
-    """The project's sums file for a dataset's manual files (`sources/<dataset>.sha256`)."""
-    return str(SOURCES_DIR / f"{dataset}.sha256")
+    """The project's sums file for a dataset's manual files (`sources/<dataset>.sha256`).
+
+    A builder that is made from another dataset's files names it in `SOURCE_SUMS`
+    (`fashion_mnist_scaled/x10` uses `sources/fashion_mnist.sha256`).
+    """
+    name = split_name(dataset)[0]
+    with contextlib.suppress(tfds.core.registered.DatasetNotFoundError):
+        name = getattr(tfds.builder_cls(name), "SOURCE_SUMS", name)
+    return str(SOURCES_DIR / f"{name}.sha256")
+
+
+def split_name(dataset: str) -> tuple[str, str | None]:
+    """'name/config' into (name, config); config is None for a plain name."""
+    name, _, config = dataset.partition("/")
+    return name, config or None
 
 
 def read_sums_file(path: str) -> dict[str, str]:
@@ -80,21 +95,47 @@ def verify_manual_files(manual_dir: str, sums: dict[str, str], sums_path: str) -
 
 
 def builder_class(dataset: str) -> type[Any]:
-    """The registered TFDS builder class of `dataset`.
+    """The registered TFDS builder class of `dataset` ('name' or 'name/config').
 
     Raises:
         PreprocessError: no TFDS dataset has that name.
     """
+    name = split_name(dataset)[0]
     try:
-        return tfds.builder_cls(dataset)
+        return tfds.builder_cls(name)
     except tfds.core.registered.DatasetNotFoundError:
         raise PreprocessError(
-            f"unknown TFDS dataset '{dataset}': check the name in the TFDS catalog "
+            f"unknown TFDS dataset '{name}': check the name in the TFDS catalog "
             "(tfds.list_builders())"
         ) from None
 
 
-def _offline_builder(cls: type[Any], manual_dir: str, sums_path: str, data_dir: str) -> Any:
+def _builder_kwargs(cls: type[Any], dataset: str) -> dict[str, Any]:
+    """The `config=` a builder of `dataset` is made with (none for a plain name).
+
+    Raises:
+        PreprocessError: the dataset has no such config, or needs one and none is named.
+    """
+    name, config = split_name(dataset)
+    if cls is scaled_dataset.FashionMnistScaled and config is None:
+        raise PreprocessError(
+            f"'{name}' needs a scale: name it '{name}/x<N>' (x1 = 60,000 train examples, "
+            "x10, x100 or any whole N)"
+        )
+    if config is None:
+        return {}
+    if cls.get_builder_config(config.split(":")[0]) is None:
+        known = ", ".join(sorted(cls.builder_configs)) or "none"
+        raise PreprocessError(
+            f"TFDS dataset '{name}' has no config '{config}' (its configs: {known}): "
+            f"pass --dataset {name}/<config>"
+        )
+    return {"config": config}
+
+
+def _offline_builder(
+    cls: type[Any], manual_dir: str, sums_path: str, data_dir: str, kwargs: dict[str, Any]
+) -> Any:
     """A builder of `cls` whose download checksums are the project's recorded ones.
 
     The subclass is never registered, so nothing global (TFDS's registry, its checksum files in
@@ -116,7 +157,7 @@ def _offline_builder(cls: type[Any], manual_dir: str, sums_path: str, data_dir: 
         {"name": cls.name, "url_infos": url_infos, "__module__": cls.__module__},
         skip_registration=True,
     )
-    return local_cls(data_dir=data_dir)
+    return local_cls(data_dir=data_dir, **kwargs)
 
 
 def prepare_dataset(
@@ -128,7 +169,8 @@ def prepare_dataset(
     """Builds `dataset` into `data_dir` with TFDS's own builder, reusing it when already there.
 
     Args:
-        dataset: TFDS dataset name, e.g. 'fashion_mnist'.
+        dataset: TFDS dataset name, e.g. 'fashion_mnist', or 'name/config' such as
+            'fashion_mnist_scaled/x10'.
         data_dir: TFDS data folder.
         manual_dir: folder with the dataset's downloaded files; None downloads through TFDS.
         manual_checksums: sha256sum-format file with the manual files' sums; default
@@ -141,22 +183,40 @@ def prepare_dataset(
         PreprocessError: unknown dataset, missing or mismatching source files.
     """
     cls = builder_class(dataset)
-    builder = cls(data_dir=data_dir)
+    kwargs = _builder_kwargs(cls, dataset)
+    builder = cls(data_dir=data_dir, **kwargs)
     if builder.is_prepared():
         return builder
+    built_from_manual_files = not cls.url_infos and cls.MANUAL_DOWNLOAD_INSTRUCTIONS
     if not manual_dir:
+        if built_from_manual_files:
+            raise PreprocessError(
+                f"TFDS dataset '{dataset}' is built from files placed by hand: pass "
+                f"--manual_dir ({cls.MANUAL_DOWNLOAD_INSTRUCTIONS.strip()})"
+            )
         builder.download_and_prepare()
+        return builder
+    sums_path = manual_checksums or recorded_checksums_path(dataset)
+    download_config = tfds.download.DownloadConfig(manual_dir=manual_dir)
+    if built_from_manual_files:
+        # TFDS does not check manual files itself: the recorded sums are checked here.
+        verify_manual_files(manual_dir, read_sums_file(sums_path), sums_path)
+        builder.download_and_prepare(download_config=download_config)
         return builder
     if not cls.url_infos:
         raise PreprocessError(
             f"TFDS dataset '{dataset}' does not declare its download files; "
             "run without --manual_dir so TFDS downloads it"
         )
-    sums_path = manual_checksums or recorded_checksums_path(dataset)
-    offline = _offline_builder(cls, manual_dir, sums_path, data_dir)
-    config = tfds.download.DownloadConfig(manual_dir=manual_dir)
-    offline.download_and_prepare(download_config=config)
-    return cls(data_dir=data_dir)
+    offline = _offline_builder(cls, manual_dir, sums_path, data_dir, kwargs)
+    offline.download_and_prepare(download_config=download_config)
+    return cls(data_dir=data_dir, **kwargs)
+
+
+def dataset_name(builder: Any) -> str:
+    """The name `--dataset` takes for this builder: 'name', or 'name/config' when it has one."""
+    config = builder.builder_config
+    return f"{builder.name}/{config.name}" if config is not None else str(builder.name)
 
 
 def describe(builder: Any) -> DatasetSpec:
@@ -168,7 +228,7 @@ def describe(builder: Any) -> DatasetSpec:
     features = builder.info.features
     images = [k for k, v in features.items() if isinstance(v, tfds.features.Image)]
     labels = [k for k, v in features.items() if isinstance(v, tfds.features.ClassLabel)]
-    name = builder.info.name
+    name = dataset_name(builder)
     if len(images) != 1 or len(labels) != 1:
         raise PreprocessError(
             f"TFDS dataset '{name}' is not image classification: this stage needs exactly one "
