@@ -14,10 +14,10 @@ import time
 
 import tf_keras
 
+from bench import shard_sets
 from bench.result import Result
 from contract import layout
 from evaluate import EvaluateConfig, data, stage
-from tests import factories
 from train import models
 
 DATE = "2000-01-01"
@@ -26,7 +26,7 @@ BATCH_SIZE = 1000
 
 
 def _write_run(root: str) -> tuple[EvaluateConfig, dict]:
-    doc = factories.write_shard_set(
+    doc = shard_sets.write_shard_set(
         layout.data_dir(root, DATE), per_worker=64, num_validation=64, num_eval=10_000
     )
     model = models.build("cnn", doc["image_shape"], doc["num_classes"])

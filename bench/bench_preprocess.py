@@ -17,10 +17,10 @@ import tempfile
 import time
 
 from bench.result import Result
-from tests import factories
+from bench.shard_sets import FASHION_MNIST_DIR, PROJECT_ROOT
 
 DATASET = "fashion_mnist"
-DATA_DIR = str(factories.PROJECT_ROOT / ".cache" / "tensorflow_datasets")
+DATA_DIR = str(PROJECT_ROOT / ".cache" / "tensorflow_datasets")
 VARIANTS = {
     "beam-2proc": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
     "beam-1proc": [],
@@ -67,7 +67,7 @@ def _measure(variant: str) -> dict[str, float]:
             [sys.executable, "-m", "bench.bench_preprocess", variant, out_dir],
             capture_output=True,
             text=True,
-            cwd=factories.PROJECT_ROOT,
+            cwd=PROJECT_ROOT,
             env=os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
     if result.returncode != 0:
@@ -102,7 +102,7 @@ def run() -> list[Result]:
     """
     from preprocess import sources
 
-    sources.prepare_dataset(DATASET, DATA_DIR, str(factories.FASHION_MNIST_DIR))
+    sources.prepare_dataset(DATASET, DATA_DIR, str(FASHION_MNIST_DIR))
     measured: dict[str, dict[str, float]] = {}
     for _ in range(ROUNDS):  # interleaved, best kept: other load on the machine only slows
         for variant in ("baseline", *VARIANTS):

@@ -1,7 +1,7 @@
 """Train-stage benchmarks: shard input vs in-memory, two workers vs one process, pre-sharding.
 
 Each candidate and its baseline run in the same invocation on a shard set written here from
-the real Fashion-MNIST images (tests.factories), so the ratios hold on the measuring machine.
+the real Fashion-MNIST images (bench.shard_sets), so the ratios hold on the measuring machine.
 Training throughputs come from separate processes (thread pools are fixed per process).
 """
 
@@ -158,15 +158,15 @@ def _best_of(
 
 
 def run() -> list[Result]:
-    from tests import factories
+    from bench import shard_sets
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as root:
         two = os.path.join(root, "two")
         one = os.path.join(root, "one")
         four = os.path.join(root, "four")
-        factories.write_shard_set(two, 2, PER_WORKER, NUM_VALIDATION, 10)
-        factories.write_shard_set(one, 1, 2 * PER_WORKER, NUM_VALIDATION, 10)
-        factories.write_shard_set(four, 4, 14000, NUM_VALIDATION, 10)
+        shard_sets.write_shard_set(two, 2, PER_WORKER, NUM_VALIDATION, 10)
+        shard_sets.write_shard_set(one, 1, 2 * PER_WORKER, NUM_VALIDATION, 10)
+        shard_sets.write_shard_set(four, 4, 14000, NUM_VALIDATION, 10)
 
         # Candidate and baseline alternate and each keeps its best, so neither side pays
         # alone for a moment when other processes take the CPU.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import os
 import re
 import struct
 import zlib
@@ -60,9 +61,9 @@ OFFSETS = np.array(
 CONFIG_NAME = re.compile(r"x([1-9][0-9]*)")
 
 
-def read_idx(path: str) -> np.ndarray:
+def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     """Reads a gzipped IDX file (the MNIST format) into a uint8 numpy array of its shape."""
-    with tf.io.gfile.GFile(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as f:
+    with tf.io.gfile.GFile(os.fspath(path), "rb") as raw, gzip.GzipFile(fileobj=raw) as f:
         data = f.read()
     ndim = data[3]
     shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
