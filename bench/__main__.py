@@ -3,6 +3,8 @@
 A benchmark module is `bench/bench_<name>.py` with `run() -> list[Result]`. Each result
 compares a candidate against a baseline measured in the same process run, so the ratio
 holds on whatever machine runs it. The table also goes to bench/results/latest.md.
+Options given here reach the modules whose `run` takes a parameter of that name
+(`python -m bench scale --factors 1,10`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import inspect
 import os
 import pathlib
 import platform
@@ -35,16 +38,39 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers like 1,10, got {text!r}"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", help="benchmark modules to run (default: all)")
+    parser.add_argument(
+        "--factors",
+        type=_int_list,
+        default=None,
+        help="scale: fashion_mnist_scaled factors to compare, e.g. 1,10 (default 1,10,100)",
+    )
+    parser.add_argument(
+        "--runners",
+        type=lambda text: tuple(text.split(",")),
+        default=None,
+        help="scale: Beam runners, direct and/or dask (default both)",
+    )
     args = parser.parse_args(argv)
+    options = {k: v for k, v in vars(args).items() if k != "names" and v is not None}
     names = args.names or sorted(p.stem[len("bench_") :] for p in BENCH_DIR.glob("bench_*.py"))
     results: list[Result] = []
     for name in names:
         module = importlib.import_module(f"bench.bench_{name}")
         print(f"running bench_{name} ...", file=sys.stderr, flush=True)
-        results.extend(module.run())
+        accepted = inspect.signature(module.run).parameters
+        results.extend(module.run(**{k: v for k, v in options.items() if k in accepted}))
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = f"Measured {stamp} on {machine_line()}.\n\n{table(results)}\n"
     out = BENCH_DIR / "results"
