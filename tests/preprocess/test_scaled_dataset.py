@@ -70,6 +70,35 @@ def test_train_is_the_source_then_perturbed_copies_with_their_labels(scaled, tin
     assert len({image for image, _ in expected}) == len(expected)
 
 
+def test_a_build_larger_than_the_writers_memory_spills_to_disk_intact(
+    tiny_sources, tmp_path, monkeypatch
+):
+    # TFDS's writer keeps up to shuffle.MAX_MEM_BUFFER_SIZE (1 GB) of examples in memory and
+    # then moves them to bucket files on disk: x100 takes that path. A 64 kB buffer makes the
+    # tiny build take it too.
+    from tensorflow_datasets.core import shuffle
+
+    monkeypatch.setattr(shuffle, "MAX_MEM_BUFFER_SIZE", 64 << 10)
+    to_disk = []
+    add_to_bucket = shuffle.Shuffler._add_to_bucket
+
+    def counting_add_to_bucket(self, hkey, data):
+        to_disk.append(len(data))
+        return add_to_bucket(self, hkey, data)
+
+    monkeypatch.setattr(shuffle.Shuffler, "_add_to_bucket", counting_add_to_bucket)
+    spilled = build(tiny_sources, tmp_path / "tfds", factor=2)
+    assert len(to_disk) >= conftest.TINY_TRAIN  # most of the train split went through disk
+    images, labels = source_arrays(tiny_sources, "train")
+    indices = np.arange(len(images))
+    expected = [
+        (image.tobytes(), int(label))
+        for copy in range(2)
+        for image, label in zip(scaled_dataset.perturb(images, copy, indices), labels, strict=True)
+    ]
+    assert examples(spilled, "train") == sorted(expected)
+
+
 def test_test_split_is_the_real_test_images(scaled, tiny_sources):
     images, labels = source_arrays(tiny_sources, "test")
     expected = sorted((i.tobytes(), int(lbl)) for i, lbl in zip(images, labels, strict=True))
