@@ -52,6 +52,12 @@ class Train(RunTask):
         description="Seconds a worker waits in the gradient or validation all-reduce for a "
         "vanished peer before failing (each timed collective holds a timer thread this long).",
     )
+    seed = luigi.IntParameter(
+        default=0,
+        config_path={"section": "Preprocess", "name": "seed"},
+        description="Seeds weight initialisation, the input order and dropout: the same seed, "
+        "worker count and machine give the same model. Falls back to [Preprocess] seed.",
+    )
     max_restarts = luigi.IntParameter(
         default=2,
         description="Times the whole cluster is restarted (resuming from the backup) after a "
@@ -86,6 +92,7 @@ class Train(RunTask):
             "histogram_freq_steps": self.histogram_freq_steps,
             "threads_per_worker": self.threads_per_worker,
             "collective_timeout_seconds": repr(self.collective_timeout_seconds),
+            "seed": self.seed,
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
         }
