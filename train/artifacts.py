@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -20,8 +21,14 @@ from train.config import TrainConfig
 T = TypeVar("T")
 log = logging.getLogger("train")
 TRANSIENT_ERRORS = (OSError, tf.errors.UnavailableError, tf.errors.AbortedError)
-EPOCHS_FILE = "epochs.json"
 CHECKPOINT_PREFIX = "ckpt"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` says the filesystem is full: no retry helps with that."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return isinstance(error, tf.errors.ResourceExhaustedError) or "No space left" in str(error)
 
 
 def with_retries(
@@ -29,14 +36,15 @@ def with_retries(
 ) -> T:
     """Runs file I/O, retrying transient filesystem errors with exponential backoff.
 
-    Only for plain file I/O: a collective must never be retried on one worker alone.
+    A full disk is not retried. Only for plain file I/O: a collective must never be retried
+    on one worker alone.
     """
     delay = first_delay
     for attempt in range(1, attempts + 1):
         try:
             return action()
         except TRANSIENT_ERRORS as e:
-            if attempt == attempts:
+            if attempt == attempts or is_disk_full(e):
                 raise
             log.warning("%s failed (%s); retry %d in %.1fs", what, e, attempt, delay)
             time.sleep(delay)
@@ -44,7 +52,8 @@ def with_retries(
     raise AssertionError("unreachable")
 
 
-def _copy_atomic(source: str, target: str) -> None:
+def copy_atomic(source: str, target: str) -> None:
+    """Copies a local file to `target` (any filesystem) through a temporary sibling."""
     tf.io.gfile.makedirs(os.path.dirname(target))
     tmp = f"{target}.tmp-copy"
     tf.io.gfile.copy(source, tmp, overwrite=True)
@@ -71,7 +80,7 @@ def save_final(
                 source = os.path.join(root, name)
                 rel = os.path.relpath(source, scratch).replace(os.sep, "/")
                 target = layout.join(train_dir, rel)
-                with_retries(functools.partial(_copy_atomic, source, target), f"copying {rel}")
+                with_retries(functools.partial(copy_atomic, source, target), f"copying {rel}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

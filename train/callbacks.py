@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -12,12 +11,16 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from contract import atomic
+from contract.messages import progress_line
 from train import summaries
+from train.backup import RunState
 
-# Test-only: "<worker>:<step>" makes that worker SIGKILL itself at that global step, first attempt.
+# Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt:
+# "<step>" as that global step begins, "stage-<step>" the same but killing its whole process
+# group (the launcher and every worker), "validated-<epoch>" right after that 1-based epoch's
+# validation (before its backup), or one of worker.run's points after training: "trained",
+# "saved" (model and checkpoint written), "finished" (history.json written, backup not removed).
 FAULT_ENV = "TRAIN_FAULT_KILL_AT_STEP"
-PROGRESS_PREFIX = "PROGRESS "
 HISTORY_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate")
 
 log = logging.getLogger("train")
@@ -32,22 +35,45 @@ def current_step(model: keras.Model) -> int:
     return int(keras.backend.get_value(model.optimizer.iterations))
 
 
+def fault_point(worker_index: int, attempt: int) -> str:
+    """Where FAULT_ENV tells this worker to die on this attempt ("" for nowhere)."""
+    worker, _, point = os.environ.get(FAULT_ENV, "").partition(":")
+    armed = bool(point) and attempt == 0 and int(worker) == worker_index
+    return point if armed else ""
+
+
+def die_if_at(armed: str, point: str) -> None:
+    """SIGKILLs this worker (or, for "stage-" points, its whole process group) at `point`."""
+    if not armed or armed != point:
+        return
+    whole_stage = point.startswith("stage-")
+    log.info("FAULT killing %s at %s", "the stage" if whole_stage else "myself", point)
+    logging.shutdown()
+    if whole_stage:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class FaultInjection(keras.callbacks.Callback):
-    """Kills this worker at a given step on the first attempt, to test cluster restarts."""
+    """Kills this worker at a step or after an epoch's validation, to test exact resume.
+
+    Place it right after validation: an epoch-end kill then comes after validation and
+    before everything that records the epoch.
+    """
 
     def __init__(self, worker_index: int, attempt: int) -> None:
         super().__init__()
         self._supports_tf_logs = True
-        spec = os.environ.get(FAULT_ENV, "")
-        worker, _, step = spec.partition(":")
-        armed = bool(spec) and attempt == 0 and int(worker) == worker_index
-        self.kill_at_step = int(step) if armed else -1
+        self.point = fault_point(worker_index, attempt)
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.kill_at_step >= 0 and current_step(self.model) == self.kill_at_step:
-            log.info("FAULT killing myself at step %d", self.kill_at_step)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.point:
+            step = current_step(self.model)
+            die_if_at(self.point, str(step))
+            die_if_at(self.point, f"stage-{step}")
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        die_if_at(self.point, f"validated-{epoch + 1}")
 
 
 class LearningRateLog(keras.callbacks.Callback):
@@ -61,20 +87,17 @@ class LearningRateLog(keras.callbacks.Callback):
 class RunRecorder(keras.callbacks.Callback):
     """Logs where this attempt started and how many steps it ran; keeps every epoch's metrics.
 
-    The chief persists the per-epoch metrics to `epochs_path` so a resumed run still reports
-    the epochs trained before the restart, and prints one PROGRESS line per epoch.
+    The metrics live in the run state, saved with the backup, so a resumed run still reports
+    the epochs trained before the restart. The chief prints one progress line per epoch.
     """
 
-    def __init__(self, epochs_path: str | None, epochs: int, global_batch_size: int) -> None:
+    def __init__(self, state: RunState, chief: bool, epochs: int, global_batch_size: int) -> None:
         super().__init__()
         self._supports_tf_logs = True  # its batch hooks never read the logs: no per-step sync
-        self.epochs_path = epochs_path
+        self.state = state
+        self.chief = chief
         self.epochs = epochs
         self.global_batch_size = global_batch_size
-        self.epoch_logs: dict[int, dict[str, float]] = {}
-        if epochs_path and tf.io.gfile.exists(epochs_path):
-            saved = atomic.read_json(epochs_path)
-            self.epoch_logs = {int(k): v for k, v in saved.items()}
         self.initial_epoch: int | None = None
         self.initial_step: int | None = None
         self.steps_executed = 0
@@ -88,8 +111,6 @@ class RunRecorder(keras.callbacks.Callback):
         self._epoch_steps = 0
         if self.initial_epoch is None:
             self.initial_epoch = epoch
-            # Epochs at or after the restored one will be trained again.
-            self.epoch_logs = {k: v for k, v in self.epoch_logs.items() if k < epoch}
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.initial_step is None:
@@ -112,11 +133,12 @@ class RunRecorder(keras.callbacks.Callback):
 
     def record_epoch(self, epoch: int, logs: dict[str, Any] | None) -> None:
         values = {k: float(v) for k, v in (logs or {}).items() if k in HISTORY_KEYS}
-        self.epoch_logs[epoch] = values
-        if self.epochs_path:
-            atomic.write_json_atomic(self.epochs_path, self.epoch_logs)
+        self.state.epoch_logs[epoch] = values
+        if self.chief:
+            steps, seconds = self.epoch_timings[-1] if self.epoch_timings else (0, 0.0)
+            rate = steps * self.global_batch_size / seconds if seconds > 0 else 0.0
             progress = {"epoch": epoch + 1, "epochs": self.epochs, **values}
-            print(PROGRESS_PREFIX + json.dumps(progress), flush=True)
+            print(progress_line({**progress, "examples_per_second": rate}), flush=True)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         log.info(
@@ -126,7 +148,8 @@ class RunRecorder(keras.callbacks.Callback):
         )
 
     def history(self) -> dict[str, list[float]]:
-        ordered = [self.epoch_logs[k] for k in sorted(self.epoch_logs)]
+        logs = self.state.epoch_logs
+        ordered = [logs[k] for k in sorted(logs)]
         return {key: [e[key] for e in ordered if key in e] for key in HISTORY_KEYS}
 
     def examples_per_second(self) -> float:

@@ -29,7 +29,7 @@ class TrainConfig:
     save_freq_steps: int = 100
     scalar_freq_steps: int = 50
     histogram_freq_steps: int = 200
-    shuffle_seed: int = 1234
+    seed: int = 0
     collective_timeout_seconds: float = 60.0
     threads_per_worker: int = 1
 

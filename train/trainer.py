@@ -42,6 +42,15 @@ class Trainer(keras.Model):
         self.collective_options = collective_options
         self.histogram_freq_steps = histogram_freq_steps
         self.summary_writer: tf.summary.SummaryWriter | None = None
+        # (epoch, step) fit starts at: the backup's position, restored before fit.
+        self.start_position = (0, 0)
+
+    def _maybe_load_initial_counters_from_ckpt(
+        self, steps_per_epoch: int, initial_epoch: int
+    ) -> tuple[int, int]:
+        # Keras asks this where fit starts; its own answer needs BackupAndRestore, whose
+        # backup lacks the state an exact resume needs (train.backup has it instead).
+        return self.start_position
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         return self.core(inputs, training=training)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -10,7 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import layout, manifest
-from train import artifacts, callbacks, cluster, data, models
+from train import artifacts, backup, callbacks, cluster, data, determinism, models, resumable
 from train.config import ConfigError, TrainConfig
 from train.trainer import Trainer
 from train.validation import ExactValidation
@@ -19,7 +20,7 @@ log = logging.getLogger("train")
 
 
 def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int) -> None:
-    """Checks the settings against each other and against the shard set's manifest.
+    """Checks the settings against each other, the shard set's manifest and any backup.
 
     Raises:
         ConfigError: naming the setting that is wrong and what to do.
@@ -38,6 +39,7 @@ def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_work
             f"per_worker_batch_size {config.per_worker_batch_size} exceeds the {per_worker} "
             "examples each worker holds: lower it"
         )
+    backup.check_resume_settings(config, shard_manifest, num_workers)
 
 
 def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, Any]:
@@ -72,112 +74,200 @@ def build_trainer(
             metrics=["accuracy"],
         )
         trainer.build((None, *image_shape))
+        # The compiled loss and metrics make their variables on first use; make them now,
+        # so that a resume can put back their running sums (backup.WorkerLocalValues).
+        probabilities = tf.zeros([1, shard_manifest["num_classes"]])
+        labels = tf.zeros([1], tf.int64)
+        trainer.compiled_loss.build(probabilities)
+        trainer.compiled_metrics.build(probabilities, labels)
     return core, trainer
 
 
 def callback_stack(
     config: TrainConfig,
     info: cluster.ClusterInfo,
-    validation: ExactValidation,
-    recorder: callbacks.RunRecorder,
-    writer: tf.summary.SummaryWriter,
-) -> tuple[list[keras.callbacks.Callback], keras.callbacks.EarlyStopping | None]:
-    """The callbacks in the order that matters: validation before anything reading val_loss."""
-    stack = [
-        recorder,
+    parts: RunParts,
+    steps_per_epoch: int,
+) -> list[keras.callbacks.Callback]:
+    """The callbacks in the order that matters: validation before anything reading val_loss,
+    and the backup last, so that it saves the whole epoch's outcome."""
+    state = parts.state
+    stack: list[keras.callbacks.Callback] = [
+        resumable.RestoreRunningMetrics(parts.run_backup.worker_local, state.step),
+        parts.recorder,
+        parts.validation,
         callbacks.FaultInjection(info.worker_index, cluster.attempt_number()),
-        keras.callbacks.BackupAndRestore(
-            layout.join(config.train_dir, layout.BACKUP_DIR), save_freq=config.save_freq_steps
-        ),
-        validation,
         callbacks.LearningRateLog(),  # the rate the epoch used, before ReduceLROnPlateau
+        resumable.BestEpoch(state, parts.best_weights, parts.core),
     ]
-    early_stopping = None
     if config.early_stopping_patience > 0:
-        early_stopping = keras.callbacks.EarlyStopping(
-            monitor="val_loss", patience=config.early_stopping_patience, restore_best_weights=True
-        )
-        stack.append(early_stopping)
+        stack.append(resumable.ResumableEarlyStopping(state, config.early_stopping_patience))
     if config.reduce_lr_patience > 0:
         stack.append(
-            keras.callbacks.ReduceLROnPlateau(
-                monitor="val_loss",
-                factor=config.reduce_lr_factor,
-                patience=config.reduce_lr_patience,
-            )
+            resumable.ResumablePlateau(state, config.reduce_lr_patience, config.reduce_lr_factor)
         )
     if cluster.may_write_real_paths(info):
-        stack.append(callbacks.ChiefTensorBoard(writer, config.scalar_freq_steps))
-    stack.append(recorder.epoch_end_hook())
-    return stack, early_stopping
+        stack.append(callbacks.ChiefTensorBoard(parts.writer, config.scalar_freq_steps))
+    stack.append(parts.recorder.epoch_end_hook())
+    stack.append(
+        resumable.BackupSchedule(
+            parts.run_backup, state, steps_per_epoch, config.epochs, config.save_freq_steps
+        )
+    )
+    return stack
+
+
+@dataclasses.dataclass
+class RunParts:
+    """What one worker's run is made of, built once and shared by the callbacks."""
+
+    core: keras.Model
+    trainer: Trainer
+    state: backup.RunState
+    run_backup: backup.Backup
+    best_weights: backup.BestWeights
+    validation: ExactValidation
+    recorder: callbacks.RunRecorder
+    writer: tf.summary.SummaryWriter
+
+
+def restore_or_begin(
+    config: TrainConfig,
+    info: cluster.ClusterInfo,
+    shard_manifest: dict[str, Any],
+    strategy: tf.distribute.Strategy,
+    core: keras.Model,
+    trainer: Trainer,
+) -> tuple[backup.RunState, backup.Backup, backup.BestWeights]:
+    """Restores the backup into the model, optimizer and run state, or starts a fresh run."""
+    with strategy.scope():
+        trainer.optimizer.build(trainer.trainable_variables)  # its slots must exist to restore
+    best_weights = backup.BestWeights(core)
+    options = cluster.timed_collectives(config.collective_timeout_seconds)
+    worker_local = backup.WorkerLocalValues(
+        [v for v in core.variables if v.synchronization == tf.VariableSynchronization.ON_READ],
+        [v for metric in trainer.metrics for v in metric.variables],
+        strategy,
+        info,
+        options,
+    )
+    trackables = {
+        "trainer": trainer,
+        "optimizer": trainer.optimizer,
+        "best_weights": best_weights,
+        "random": _Generators(determinism.random_generators(core)),
+    }
+    run_backup = backup.Backup(
+        config.train_dir,
+        info,
+        strategy,
+        trackables,
+        worker_local,
+        options,
+    )
+    state = run_backup.restore()
+    if state is None:
+        state = backup.RunState()
+        run_backup.begin(backup.fingerprint(config, shard_manifest, info.num_workers))
+    return state, run_backup, best_weights
+
+
+class _Generators(tf.Module):
+    def __init__(self, generators: dict[str, tf.random.Generator]) -> None:
+        super().__init__(name="random_generators")
+        self.generators = generators
 
 
 def run(config: TrainConfig) -> dict[str, Any]:
     """Trains as one worker of the cluster in TF_CONFIG (a cluster of one without it).
+
+    Resumes from the backup when there is one: exactly, to the weights an uninterrupted run
+    would reach. The final model is the best epoch's (lowest val_loss) of the whole run.
 
     Returns:
         The history document; the chief has also written it, last, to the train folder.
 
     Raises:
         ConfigError, ManifestError: bad settings or input, found before any training.
+        BackupError: the backup could not be written (every worker raises it together).
     """
     started = time.perf_counter()
     info = cluster.read_cluster()
+    attempt = cluster.attempt_number()
+    fault = callbacks.fault_point(info.worker_index, attempt)
     shard_manifest = check_inputs(config, info)
     cluster.configure_threads(config.threads_per_worker)
+    determinism.make_deterministic(config.seed)
     strategy = cluster.make_strategy()
     chief = cluster.may_write_real_paths(info)
     steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
     global_batch = config.per_worker_batch_size * info.num_workers
     log.info(
-        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d",
-        info.worker_index, info.num_workers, chief, cluster.attempt_number(), steps, global_batch,
+        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d, seed %d",
+        info.worker_index, info.num_workers, chief, attempt, steps, global_batch, config.seed,
     )  # fmt: skip
     core, trainer = build_trainer(config, shard_manifest, strategy)
+    state, run_backup, best_weights = restore_or_begin(
+        config, info, shard_manifest, strategy, core, trainer
+    )
+    resumed_from_step = callbacks.current_step(trainer)
     tensorboard_dir = layout.join(config.train_dir, layout.TENSORBOARD_DIR)
     writer = (
         tf.summary.create_file_writer(tensorboard_dir) if chief else tf.summary.create_noop_writer()
     )
     trainer.summary_writer = writer
+    recorder = callbacks.RunRecorder(state, chief, config.epochs, global_batch)
+    if state.finished:
+        log.info("the backup holds a finished run: writing its final files without training")
+    else:
+        start_epoch, start_step = state.epoch, state.step
 
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return data.train_dataset(
-            config.data_dir,
-            shard_manifest,
-            info.worker_index,
-            config.per_worker_batch_size,
-            config.shuffle_seed,
+        def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return data.train_dataset(
+                config.data_dir,
+                shard_manifest,
+                info.worker_index,
+                config.per_worker_batch_size,
+                config.seed,
+                start_epoch,
+                start_step,
+            )
+
+        validation = ExactValidation(
+            data.validation_dataset(
+                config.data_dir,
+                shard_manifest,
+                info.worker_index,
+                info.num_workers,
+                config.validation_batch_size,
+            ),
+            strategy,
+            shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
+            cluster.timed_collectives(config.collective_timeout_seconds),
         )
-
-    validation = ExactValidation(
-        data.validation_dataset(
-            config.data_dir,
-            shard_manifest,
-            info.worker_index,
-            info.num_workers,
-            config.validation_batch_size,
-        ),
-        strategy,
-        shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
-        cluster.timed_collectives(config.collective_timeout_seconds),
-    )
-    epochs_path = layout.join(config.train_dir, artifacts.EPOCHS_FILE) if chief else None
-    recorder = callbacks.RunRecorder(epochs_path, config.epochs, global_batch)
-    stack, early_stopping = callback_stack(config, info, validation, recorder, writer)
-    trainer.fit(
-        keras.utils.experimental.DatasetCreator(dataset_fn),
-        epochs=config.epochs,
-        steps_per_epoch=steps,
-        callbacks=stack,
-        verbose=0,
-    )
+        parts = RunParts(
+            core, trainer, state, run_backup, best_weights, validation, recorder, writer
+        )
+        trainer.start_position = (start_epoch, start_step)
+        trainer.fit(
+            keras.utils.experimental.DatasetCreator(dataset_fn),
+            epochs=config.epochs,
+            initial_epoch=start_epoch,
+            steps_per_epoch=steps,
+            callbacks=callback_stack(config, info, parts, steps),
+            verbose=0,
+        )
+    callbacks.die_if_at(fault, "trained")
+    if state.best_epoch >= 0:
+        best_weights.apply(core)
     artifacts.save_final(core, trainer, config.train_dir, info)
+    callbacks.die_if_at(fault, "saved")
     history = recorder.history()
     document = {
         "history": history,
         "epochs_completed": len(history["loss"]),
-        "stopped_early": bool(early_stopping is not None and early_stopping.stopped_epoch > 0),
-        "best_epoch": artifacts.best_epoch(history["val_loss"]),
+        "stopped_early": int(state.early_stopping.get("stopped_epoch", 0)) > 0,
+        "best_epoch": state.best_epoch + 1,
         "steps_trained_total": callbacks.current_step(trainer),
         "steps_per_epoch": steps,
         "examples_per_second": recorder.examples_per_second(),
@@ -186,14 +276,16 @@ def run(config: TrainConfig) -> dict[str, Any]:
         "global_batch_size": global_batch,
         "per_worker_batch_size": config.per_worker_batch_size,
         "model": config.model,
-        "validation_examples": validation.expected_count,
-        "attempt": cluster.attempt_number(),
-        "resumed_from_step": recorder.initial_step,
+        "seed": config.seed,
+        "validation_examples": shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
+        "attempt": attempt,
+        "resumed_from_step": resumed_from_step,
     }
     if chief:
-        artifacts.remove_backup(config.train_dir)
         artifacts.write_config(config, config.train_dir)
         artifacts.write_history(config.train_dir, document)  # last: Luigi's completion marker
+        callbacks.die_if_at(fault, "finished")
+        run_backup.remove()  # only now: a kill before this resumes to these same files
         writer.close()
     log.info(
         "done: %d epochs, %d steps", document["epochs_completed"], document["steps_trained_total"]

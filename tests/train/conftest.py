@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from contract import layout
 from tests import factories
 from tests.factories import PROJECT_ROOT
 
@@ -73,3 +76,25 @@ def run_train() -> RunTrain:
         )
 
     return run
+
+
+def history(train_dir: str) -> dict:
+    with open(os.path.join(train_dir, layout.HISTORY_FILE)) as f:
+        return json.load(f)
+
+
+def log_text(train_dir: str, worker: int) -> str:
+    with open(os.path.join(train_dir, "logs", f"worker-{worker}.log")) as f:
+        return f.read()
+
+
+def weights_digest(train_dir: str) -> str:
+    """The sha256 of every variable in the final checkpoint (model and optimizer), by name."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(train_dir, layout.FINAL_CHECKPOINT_DIR, "ckpt"))
+    digest = hashlib.sha256()
+    for name in sorted(reader.get_variable_to_shape_map()):
+        if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH"):
+            digest.update(name.encode() + reader.get_tensor(name).tobytes())
+    return digest.hexdigest()

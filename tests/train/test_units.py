@@ -100,3 +100,101 @@ def test_best_epoch_is_one_based():
 
     assert artifacts.best_epoch([0.5, 0.3, 0.4]) == 2
     assert artifacts.best_epoch([]) == 0
+
+
+def test_disk_full_is_not_retried():
+    import errno
+
+    from train import artifacts
+
+    calls = []
+
+    def full() -> None:
+        calls.append(1)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        artifacts.with_retries(full, "full", attempts=3, first_delay=0.001)
+    assert len(calls) == 1
+
+
+def test_epoch_order_is_a_permutation_fixed_by_seed_worker_and_epoch():
+    from train import data
+
+    order = data.epoch_order(50, seed=3, worker=0, epoch=2).numpy()
+    assert sorted(order) == list(range(50))
+    np.testing.assert_array_equal(order, data.epoch_order(50, seed=3, worker=0, epoch=2))
+    for other in (
+        data.epoch_order(50, seed=4, worker=0, epoch=2),
+        data.epoch_order(50, seed=3, worker=1, epoch=2),
+        data.epoch_order(50, seed=3, worker=0, epoch=3),
+    ):
+        assert not np.array_equal(order, other.numpy())
+
+
+def test_train_dataset_resumed_mid_epoch_feeds_the_same_batches(tmp_path):
+    from tests.train.conftest import write_small_shard_set
+    from train import data
+
+    shard_manifest = write_small_shard_set(str(tmp_path))
+    steps = data.steps_per_epoch(shard_manifest, 48)  # 256 // 48 = 5, 16 examples left out
+
+    def labels(start_epoch: int, start_step: int, batches: int) -> list:
+        dataset = data.train_dataset(
+            str(tmp_path), shard_manifest, 1, 48, seed=5, start_epoch=start_epoch,
+            start_step=start_step,
+        )  # fmt: skip
+        return [y.numpy().tolist() for _, y in dataset.take(batches)]
+
+    whole = labels(0, 0, 3 * steps)
+    assert labels(1, 3, 2 * steps - 3) == whole[steps + 3 :]
+    assert labels(2, 0, steps) == whole[2 * steps :]
+    assert whole[:steps] != whole[steps : 2 * steps]  # each epoch has its own order
+
+
+def test_run_state_round_trips_through_json():
+    from train.backup import RunState
+
+    state = RunState(
+        epoch=2,
+        step=7,
+        epoch_logs={0: {"loss": 0.5}, 1: {"loss": 0.25}},
+        best_epoch=1,
+        best_val_loss=0.1 + 0.2,
+        early_stopping={"wait": 1, "best": float("inf"), "stopped_epoch": 0},
+    )
+    text = json.dumps(state.to_json())
+    assert RunState.from_json(json.loads(text)) == state
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    from contract import atomic
+    from tests.train.conftest import write_small_shard_set
+    from train import backup
+
+    data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
+    shard_manifest = write_small_shard_set(data_dir)
+    config = TrainConfig(data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1)
+    folder = tmp_path / "train" / "backup"
+    folder.mkdir(parents=True)
+    atomic.write_json_atomic(
+        str(folder / backup.SETTINGS_FILE), backup.fingerprint(config, shard_manifest, 2)
+    )
+    # Settings without a checkpoint yet: nothing to resume, nothing to refuse.
+    changed = TrainConfig(data_dir=data_dir, train_dir=train_dir, epochs=4, seed=1)
+    backup.check_resume_settings(changed, shard_manifest, 2)
+
+    atomic.write_json_atomic(str(folder / backup.STATE_FILE), backup.RunState().to_json())
+    backup.check_resume_settings(config, shard_manifest, 2)
+    # Frequencies and threads may change between attempts.
+    relaxed = TrainConfig(
+        data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1, save_freq_steps=7,
+        threads_per_worker=2, scalar_freq_steps=0,
+    )  # fmt: skip
+    backup.check_resume_settings(relaxed, shard_manifest, 2)
+    with pytest.raises(ConfigError) as refused:
+        backup.check_resume_settings(changed, shard_manifest, 3)
+    message = str(refused.value)
+    assert "epochs 3 -> 4" in message and "num_workers 2 -> 3" in message
+    assert "seed" not in message
+    assert "--force-stage train" in message and "backup's settings" in message

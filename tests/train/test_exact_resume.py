@@ -1,0 +1,182 @@
+"""Seeded, exact, crash-consistent training: a run killed anywhere resumes to the same model.
+
+All runs share one small two-worker setting in which early stopping stops the run at epoch 4
+and the plateau halves the learning rate on the way, so the state those keep is under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from contract import layout
+from tests.factories import PROJECT_ROOT
+from tests.train.conftest import (
+    history,
+    launch_argv,
+    log_text,
+    train_env,
+    weights_digest,
+    write_small_shard_set,
+)
+from train import backup
+
+EXACT_RUN = {
+    "epochs": 8,
+    "learning_rate": 0.02,
+    "early_stopping_patience": 2,
+    "reduce_lr_patience": 1,
+    "seed": 11,
+}
+STEPS_PER_EPOCH = 16
+START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
+# What must match between runs: everything in history.json but this attempt's own figures.
+ATTEMPT_KEYS = ("attempt", "resumed_from_step", "examples_per_second", "wall_time_seconds")
+
+
+def outcome(train_dir: str) -> tuple[str, dict]:
+    """The saved weights' digest and the history without the attempt's own figures."""
+    doc = history(train_dir)
+    return weights_digest(train_dir), {k: v for k, v in doc.items() if k not in ATTEMPT_KEYS}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("exact") / "data")
+    write_small_shard_set(path)
+    return path
+
+
+def train(data_dir: str, train_dir: str, env: dict | None = None, **overrides):
+    return subprocess.run(
+        launch_argv(data_dir, train_dir, **{**EXACT_RUN, **overrides}),
+        cwd=PROJECT_ROOT,
+        env=env or train_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def finished(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory) -> tuple[str, dict]:
+    """The reference: one run of EXACT_RUN, never interrupted."""
+    train_dir = str(tmp_path_factory.mktemp("reference") / "train")
+    finished(train(data_dir, train_dir))
+    return outcome(train_dir)
+
+
+def test_reference_run_stops_early_after_lowering_the_rate(uninterrupted):
+    _, doc = uninterrupted
+    assert doc["stopped_early"] is True
+    assert doc["epochs_completed"] < EXACT_RUN["epochs"]
+    rates = doc["history"]["learning_rate"]
+    assert rates[-1] < rates[0] == pytest.approx(EXACT_RUN["learning_rate"])
+    val_loss = doc["history"]["val_loss"]
+    assert doc["best_epoch"] == val_loss.index(min(val_loss)) + 1 < doc["epochs_completed"]
+
+
+@pytest.mark.e2e
+def test_same_seed_gives_identical_weights_despite_retried_backup_writes(
+    data_dir, tmp_path, uninterrupted
+):
+    train_dir = str(tmp_path / "train")
+    # The chief's first two writes of the first backup fail; the retries must not show.
+    proc = train(data_dir, train_dir, env=train_env(**{backup.FAULT_IO_ENV: "1:2:EIO"}))
+    finished(proc)
+    assert outcome(train_dir) == uninterrupted
+    assert "retry 2" in log_text(train_dir, 0)
+
+
+@pytest.mark.e2e
+def test_another_seed_gives_another_run(data_dir, tmp_path, uninterrupted):
+    train_dir = str(tmp_path / "train")
+    finished(train(data_dir, train_dir, seed=EXACT_RUN["seed"] + 1, epochs=1))
+    first_epoch = {k: v[0] for k, v in history(train_dir)["history"].items()}
+    reference = {k: v[0] for k, v in uninterrupted[1]["history"].items()}
+    assert first_epoch["loss"] != reference["loss"]
+    assert first_epoch["val_loss"] != reference["val_loss"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(f"1:{3 * STEPS_PER_EPOCH + 7}", id="inside-the-early-stopping-epoch"),
+        pytest.param("0:validated-3", id="after-an-epochs-validation"),
+        pytest.param("0:saved", id="after-the-last-step-before-history"),
+    ],
+)
+def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, uninterrupted, fault):
+    train_dir = str(tmp_path / "train")
+    proc = train(data_dir, train_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault))
+    finished(proc)
+    worker = int(fault.split(":")[0])
+    assert f"worker {worker} died" in proc.stdout and "restarting the cluster" in proc.stdout
+    assert outcome(train_dir) == uninterrupted
+    doc = history(train_dir)
+    assert doc["attempt"] == 1
+    starts = [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
+    if fault.endswith("saved"):
+        # Killed after the last step: the restart trains nothing, it only writes the files.
+        assert len(starts) == 1 and doc["resumed_from_step"] == doc["steps_trained_total"]
+    else:
+        # The restart resumed from the last backup, at most save_freq_steps back.
+        assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
+    assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
+
+
+@pytest.mark.e2e
+def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_path, uninterrupted):
+    train_dir = str(tmp_path / "train")
+    argv = launch_argv(data_dir, train_dir, **EXACT_RUN)
+    env = train_env(TRAIN_FAULT_KILL_AT_STEP=f"1:stage-{2 * STEPS_PER_EPOCH + 3}")
+    # Its own session: the fault SIGKILLs the launcher and both workers, as a killed Luigi would.
+    killed = subprocess.run(
+        argv, cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=300, start_new_session=True
+    )
+    assert killed.returncode == -9
+    assert not os.path.exists(os.path.join(train_dir, layout.HISTORY_FILE))
+    finished(train(data_dir, train_dir))
+    assert outcome(train_dir) == uninterrupted
+
+
+@pytest.mark.e2e
+def test_full_disk_fails_cleanly_keeps_the_backup_and_settings_are_checked(
+    data_dir, tmp_path, uninterrupted
+):
+    train_dir = str(tmp_path / "train")
+    full = train(
+        data_dir,
+        train_dir,
+        env=train_env(**{backup.FAULT_IO_ENV: "2:1000:ENOSPC"}),
+        max_restarts=0,
+    )
+    assert full.returncode == 1
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no space left on the device" in errors[0], full.stderr[-3000:]
+    assert "the previous backup (ckpt-1) is intact" in errors[0]
+    for worker in (0, 1):  # both workers stopped at the same save, neither hung
+        assert "BackupError" in log_text(train_dir, worker)
+    folder = os.path.join(train_dir, layout.BACKUP_DIR)
+    with open(os.path.join(folder, backup.STATE_FILE)) as f:
+        assert json.load(f)["checkpoint"] == "ckpt-1"
+    assert os.path.exists(os.path.join(folder, "ckpt-1.index"))
+
+    other = train(data_dir, train_dir, seed=EXACT_RUN["seed"] + 1, epochs=9)
+    assert other.returncode == 2
+    errors = [line for line in other.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, other.stderr[-3000:]
+    assert "epochs 8 -> 9" in errors[0] and f"seed {EXACT_RUN['seed']} -> " in errors[0]
+    assert "--force-stage train" in errors[0] and "backup's settings" in errors[0]
+
+    finished(train(data_dir, train_dir))  # the intact backup resumes to the same model
+    assert outcome(train_dir) == uninterrupted
