@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import shutil
+import time
 from typing import Any
 
 import tensorflow as tf
@@ -299,11 +300,17 @@ class Backup:
         previous, state.checkpoint = state.checkpoint, name
         scratch = cluster.scratch_dir(self.info)
         error: BaseException | None = None
+        started = time.perf_counter()
         self.worker_local.gather()
         try:
             self.checkpoint.write(os.path.join(scratch, name))
+            size = sum(entry.stat().st_size for entry in os.scandir(scratch))
             if cluster.may_write_real_paths(self.info):
                 self._publish(scratch, name, state)
+            log.info(
+                "backup %s (epoch %d step %d): %d bytes in %.3fs",
+                name, state.epoch, state.step, size, time.perf_counter() - started,
+            )  # fmt: skip
         except (OSError, tf.errors.OpError) as e:
             error = e
             log.error("writing backup %s failed: %s", name, e)
