@@ -12,7 +12,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract.messages import progress_line
-from train import summaries
 from train.backup import RunState
 
 # Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt:
@@ -191,7 +190,7 @@ class ChiefTensorBoard(keras.callbacks.Callback):
     def _write(self, prefix: str, values: dict[str, Any], step: int) -> None:
         with self.writer.as_default():
             for name, value in values.items():
-                summaries.scalar(f"{prefix}/{name}", float(value), step=step)
+                tf.summary.scalar(f"{prefix}/{name}", float(value), step=step)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         assert self._step is not None

@@ -5,8 +5,6 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
-from train import summaries
-
 
 def all_reduce_flat(
     grads: list[tf.Tensor], options: tf.distribute.experimental.CommunicationOptions
@@ -76,4 +74,4 @@ class Trainer(keras.Model):
         with self.summary_writer.as_default(step=step), tf.summary.record_if(due):
             for grad, variable in zip(grads, variables, strict=True):
                 name = variable.name.split(":")[0]
-                summaries.histogram(f"gradients/{name}", grad)
+                tf.summary.histogram(f"gradients/{name}", grad)

@@ -110,30 +110,44 @@ def test_validation_is_exact_over_every_example(finished_run):
     assert abs(doc["history"]["val_accuracy"][-1] - accuracy) < 1e-9
 
 
-def _events(train_dir: str) -> list:
-    files = glob.glob(
-        os.path.join(train_dir, layout.TENSORBOARD_DIR, "**", "events.*"), recursive=True
+def _event_accumulator(train_dir: str):
+    """TensorBoard's own reader over the chief's event file."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(
+        os.path.join(train_dir, layout.TENSORBOARD_DIR),
+        size_guidance={event_accumulator.TENSORS: 0},  # keep every event
     )
-    assert files, "no TensorBoard event file"
-    return [e for f in files for e in tf.compat.v1.train.summary_iterator(f)]
+    accumulator.Reload()
+    return accumulator
 
 
-def test_tensorboard_has_scalars_and_gradient_histograms(finished_run):
+def test_tensorboard_reads_scalars_learning_rate_and_gradient_histograms(finished_run):
     _, train_dir, _ = finished_run
-    values = [(e.step, v) for e in _events(train_dir) for v in e.summary.value]
-    tags = {v.tag for _, v in values}
+    accumulator = _event_accumulator(train_dir)
+    tags = set(accumulator.Tags()["tensors"])
+    doc = read_history(train_dir)
     for name in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
-        assert f"epoch/{name}" in tags
-    assert {"step/loss", "step/learning_rate"} <= tags
-    histograms = [(step, v) for step, v in values if v.tag.startswith("gradients/")]
-    model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
-    assert len({v.tag for _, v in histograms}) == len(model.trainable_variables)
-    assert {step for step, _ in histograms} == set(
-        range(0, TOTAL_STEPS, SMALL_RUN["histogram_freq_steps"])
+        events = accumulator.Tensors(f"epoch/{name}")
+        assert [e.step for e in events] == [1, 2, 3]
+        assert accumulator.SummaryMetadata(f"epoch/{name}").plugin_data.plugin_name == "scalars"
+        values = [float(tf.make_ndarray(e.tensor_proto)) for e in events]
+        assert values == pytest.approx(doc["history"][name], rel=1e-6)
+    step_rates = accumulator.Tensors("step/learning_rate")
+    assert [e.step for e in step_rates] == list(
+        range(SMALL_RUN["scalar_freq_steps"], TOTAL_STEPS + 1, SMALL_RUN["scalar_freq_steps"])
     )
-    for _, v in histograms:
-        assert v.metadata.plugin_data.plugin_name == "histograms"
-        buckets = tf.make_ndarray(v.tensor)
+    assert float(tf.make_ndarray(step_rates[0].tensor_proto)) == pytest.approx(3e-3)
+    gradients = sorted(t for t in tags if t.startswith("gradients/"))
+    model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
+    assert len(gradients) == len(model.trainable_variables)
+    for tag in gradients:
+        assert accumulator.SummaryMetadata(tag).plugin_data.plugin_name == "histograms"
+        events = accumulator.Tensors(tag)
+        assert [e.step for e in events] == list(
+            range(0, TOTAL_STEPS, SMALL_RUN["histogram_freq_steps"])
+        )
+        buckets = tf.make_ndarray(events[-1].tensor_proto)  # [bucket, (left, right, count)]
         assert buckets.shape[1] == 3 and buckets[:, 2].sum() > 0
 
 

@@ -6,9 +6,8 @@ import json
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from train import cluster, models, summaries
+from train import cluster, models
 from train.config import ConfigError, TrainConfig
 
 
@@ -64,16 +63,6 @@ def test_registry_builds_softmax_models():
         out = model(np.full([2, 28, 28, 1], 255.0, np.float32), training=False).numpy()
         assert out.shape == (2, 10)
         np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
-
-
-def test_histogram_buckets_count_every_value():
-    values = tf.constant([[-1.0, 0.0], [0.5, 3.0]])
-    buckets = summaries.histogram_buckets(values, buckets=4).numpy()
-    assert buckets.shape == (4, 3)
-    assert buckets[:, 2].sum() == 4
-    assert buckets[0, 0] == -1.0 and buckets[-1, 1] == 3.0
-    constant = summaries.histogram_buckets(tf.zeros([5])).numpy()
-    assert constant[:, 2].sum() == 5
 
 
 def test_file_io_is_retried_with_backoff():
