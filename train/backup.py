@@ -32,6 +32,7 @@ import tf_keras as keras
 from contract import atomic, layout
 from train import artifacts, cluster
 from train.config import ConfigError, TrainConfig
+from train.data import input_description
 
 SETTINGS_FILE = "settings.json"
 STATE_FILE = "state.json"
@@ -95,11 +96,15 @@ class RunState:
 def fingerprint(
     config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int
 ) -> dict[str, Any]:
-    """The settings that shape training, plus the worker count and the shard set's identity."""
+    """The settings that shape training, the worker count, the shard set's identity and how
+    each worker reads it (in memory or streamed: another order)."""
     digests = sorted(entry["sha256"] for entry in shard_manifest["files"])
     data = hashlib.sha256(json.dumps(digests).encode()).hexdigest()[:16]
     values: dict[str, Any] = {name: getattr(config, name) for name in SHAPING_SETTINGS}
-    return {**values, "num_workers": num_workers, "shard_set": data}
+    reading = input_description(
+        shard_manifest, num_workers, config.per_worker_batch_size, config.input_memory_budget_mb
+    )
+    return {**values, "num_workers": num_workers, "shard_set": data, "input": reading}
 
 
 def backup_dir(train_dir: str) -> str:

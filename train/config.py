@@ -32,6 +32,8 @@ class TrainConfig:
     seed: int = 0
     collective_timeout_seconds: float = 60.0
     threads_per_worker: int = 1
+    # A worker's train files are held in memory when they fit this, else streamed.
+    input_memory_budget_mb: int = 1024
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -45,7 +47,12 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("scalar_freq_steps", "histogram_freq_steps", "early_stopping_patience"):
+        for name in (
+            "scalar_freq_steps",
+            "histogram_freq_steps",
+            "early_stopping_patience",
+            "input_memory_budget_mb",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or more, got {getattr(self, name)}")
         if not self.learning_rate > 0:

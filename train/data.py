@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from contract import layout, manifest, records
+from train.config import TrainConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_MEMORY_BUDGET_MB = TrainConfig.input_memory_budget_mb
 
 
 def _no_auto_shard(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -32,16 +36,57 @@ def steps_per_epoch(shard_manifest: dict[str, Any], per_worker_batch_size: int) 
     return per_worker // per_worker_batch_size
 
 
+def epoch_key(seed: int, worker: int, epoch: int | tf.Tensor) -> tf.Tensor:
+    """The stateless random key of one worker's epoch: a function of (seed, worker, epoch)."""
+    return tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, worker], tf.int64), tf.cast(epoch, tf.int64)
+    )
+
+
 def epoch_order(num_examples: int, seed: int, worker: int, epoch: int | tf.Tensor) -> tf.Tensor:
     """The order a worker reads its examples in during `epoch`: a stateless permutation.
 
     A function of (seed, worker, epoch) only, so a resumed run reads exactly what an
     uninterrupted one would, and each worker and epoch gets its own order.
     """
-    key = tf.random.experimental.stateless_fold_in(
-        tf.constant([seed, worker], tf.int64), tf.cast(epoch, tf.int64)
-    )
+    key = epoch_key(seed, worker, epoch)
     return tf.random.experimental.stateless_shuffle(tf.range(num_examples, dtype=tf.int64), key)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPlan:
+    """How a worker reads its train files: all in memory, or streamed in shuffled windows."""
+
+    in_memory: bool
+    window: int  # examples shuffled together when streaming
+
+    def describe(self) -> str:
+        return "memory" if self.in_memory else f"stream-window-{self.window}"
+
+
+def input_plan(
+    shard_manifest: dict[str, Any], worker: int, per_worker_batch_size: int, budget_mb: int
+) -> InputPlan:
+    """Memory when the worker's files (their manifest `size_bytes`) fit `budget_mb`, else a
+    stream whose shuffle window holds about `budget_mb` of records (at least one batch)."""
+    entries = manifest.file_entries(shard_manifest, layout.TRAIN_SPLIT, worker)
+    size = sum(int(entry["size_bytes"]) for entry in entries)
+    count = max(1, sum(int(entry["num_examples"]) for entry in entries))
+    budget = budget_mb * (1 << 20)
+    if size <= budget:
+        return InputPlan(in_memory=True, window=count)
+    window = max(per_worker_batch_size, min(count, budget // max(1, size // count)))
+    return InputPlan(in_memory=False, window=window)
+
+
+def input_description(
+    shard_manifest: dict[str, Any], num_workers: int, per_worker_batch_size: int, budget_mb: int
+) -> str:
+    """Every worker's input plan in one string: what a resume must read the same way."""
+    return ",".join(
+        input_plan(shard_manifest, w, per_worker_batch_size, budget_mb).describe()
+        for w in range(num_workers)
+    )
 
 
 def read_worker_records(data_dir: str, shard_manifest: dict[str, Any], worker: int) -> tf.Tensor:
@@ -49,6 +94,47 @@ def read_worker_records(data_dir: str, shard_manifest: dict[str, Any], worker: i
     files = manifest.shard_paths_for_worker(data_dir, shard_manifest, worker)
     chunks = list(tf.data.TFRecordDataset(files).batch(8192))
     return tf.concat(chunks, axis=0) if chunks else tf.constant([], tf.string)
+
+
+def _in_memory_batches(
+    records: tf.Tensor, seed: int, worker: int, steps: int, batch_size: int
+) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    num_examples = int(records.shape[0])
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = epoch_order(num_examples, seed, worker, epoch)[: steps * batch_size]
+        indices = tf.data.Dataset.from_tensor_slices(tf.reshape(order, [steps, batch_size]))
+        return indices.map(lambda batch: tf.gather(records, batch))
+
+    return epoch_batches
+
+
+def _streamed_batches(
+    files: list[str], seed: int, worker: int, steps: int, batch_size: int, window: int
+) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    paths = tf.constant(files)
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        key = epoch_key(seed, worker, epoch)
+        file_order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), key)
+        records = tf.data.Dataset.from_tensor_slices(tf.gather(paths, file_order)).interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(len(files), 4),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )
+
+        def shuffle_window(index: tf.Tensor, chunk: tf.Tensor) -> tf.data.Dataset:
+            window_key = tf.random.experimental.stateless_fold_in(key, index)
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(tf.shape(chunk)[0]), window_key
+            )
+            return tf.data.Dataset.from_tensor_slices(tf.gather(chunk, order))
+
+        shuffled = records.batch(window).enumerate().flat_map(shuffle_window)
+        return shuffled.take(steps * batch_size).batch(batch_size, drop_remainder=True)
+
+    return epoch_batches
 
 
 def train_dataset(
@@ -59,34 +145,37 @@ def train_dataset(
     seed: int,
     start_epoch: int = 0,
     start_step: int = 0,
+    memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
 ) -> tf.data.Dataset:
     """One worker's train examples from (start_epoch, start_step) on, endlessly, parsed.
 
-    The worker's files are read once into memory. Epoch e is `epoch_order(seed, worker, e)`
-    cut into `steps_per_epoch` batches (the remainder of a permutation is left out, a
-    different one each epoch); a resume at (epoch, step) skips that epoch's first `step`
-    batches without reading them, so it feeds exactly the batches an uninterrupted run would.
+    Each epoch is `steps_per_epoch` batches in an order that depends on (seed, worker, epoch)
+    only. When the worker's files fit `memory_budget_mb` they are read once into memory and
+    epoch e is the permutation `epoch_order(seed, worker, e)`; otherwise they are streamed
+    every epoch, in a stateless file order, interleaved, and shuffled in windows of about
+    the budget. Either way each epoch leaves out a different remainder of
+    `examples % batch`, and a resume at (epoch, step) skips that epoch's first `step`
+    batches, so it feeds exactly the batches an uninterrupted run would.
     """
-    records = read_worker_records(data_dir, shard_manifest, worker)
-    num_examples = int(records.shape[0])
     steps = steps_per_epoch(shard_manifest, per_worker_batch_size)
-    used = steps * per_worker_batch_size
-    if num_examples < used:
-        raise manifest.ManifestError(
-            f"worker {worker}'s train files hold {num_examples} examples but the manifest "
-            f"promises {shard_manifest['splits'][layout.TRAIN_SPLIT]['examples_per_worker']}: "
-            "rerun preprocess"
+    plan = input_plan(shard_manifest, worker, per_worker_batch_size, memory_budget_mb)
+    if plan.in_memory:
+        records = read_worker_records(data_dir, shard_manifest, worker)
+        if int(records.shape[0]) < steps * per_worker_batch_size:
+            raise manifest.ManifestError(
+                f"worker {worker}'s train files hold {int(records.shape[0])} examples, fewer "
+                f"than its {steps} steps of {per_worker_batch_size} need: rerun preprocess"
+            )
+        epoch_batches = _in_memory_batches(records, seed, worker, steps, per_worker_batch_size)
+    else:
+        files = manifest.shard_paths_for_worker(data_dir, shard_manifest, worker)
+        epoch_batches = _streamed_batches(
+            files, seed, worker, steps, per_worker_batch_size, plan.window
         )
-
-    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
-        order = epoch_order(num_examples, seed, worker, epoch)[:used]
-        return tf.data.Dataset.from_tensor_slices(tf.reshape(order, [steps, per_worker_batch_size]))
-
     dataset = (
         tf.data.Dataset.counter(start_epoch)
         .flat_map(epoch_batches)
         .skip(start_step)
-        .map(lambda indices: tf.gather(records, indices))
         .map(_parse(shard_manifest["image_shape"]), num_parallel_calls=AUTOTUNE)
         .prefetch(AUTOTUNE)
     )

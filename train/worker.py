@@ -202,9 +202,15 @@ def run(config: TrainConfig) -> dict[str, Any]:
     chief = cluster.may_write_real_paths(info)
     steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
     global_batch = config.per_worker_batch_size * info.num_workers
+    plan = data.input_plan(
+        shard_manifest, info.worker_index, config.per_worker_batch_size,
+        config.input_memory_budget_mb,
+    )  # fmt: skip
     log.info(
-        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d, seed %d",
+        "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d, seed %d, "
+        "input %s",
         info.worker_index, info.num_workers, chief, attempt, steps, global_batch, config.seed,
+        plan.describe(),
     )  # fmt: skip
     core, trainer = build_trainer(config, shard_manifest, strategy)
     state, run_backup, best_weights = restore_or_begin(
@@ -231,6 +237,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 config.seed,
                 start_epoch,
                 start_step,
+                config.input_memory_budget_mb,
             )
 
         validation = ExactValidation(

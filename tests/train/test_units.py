@@ -121,24 +121,33 @@ def test_epoch_order_is_a_permutation_fixed_by_seed_worker_and_epoch():
         assert not np.array_equal(order, other.numpy())
 
 
-def test_train_dataset_resumed_mid_epoch_feeds_the_same_batches(tmp_path):
+@pytest.mark.parametrize("budget_mb, in_memory", [(1024, True), (0, False)])
+def test_train_dataset_resumed_mid_epoch_feeds_the_same_batches(tmp_path, budget_mb, in_memory):
     from tests.train.conftest import write_small_shard_set
     from train import data
 
     shard_manifest = write_small_shard_set(str(tmp_path))
+    plan = data.input_plan(shard_manifest, 1, 48, budget_mb)
+    assert plan.in_memory == in_memory and plan.window >= 48
     steps = data.steps_per_epoch(shard_manifest, 48)  # 256 // 48 = 5, 16 examples left out
 
-    def labels(start_epoch: int, start_step: int, batches: int) -> list:
+    def batches(start_epoch: int, start_step: int, count: int) -> list[bytes]:
         dataset = data.train_dataset(
             str(tmp_path), shard_manifest, 1, 48, seed=5, start_epoch=start_epoch,
-            start_step=start_step,
+            start_step=start_step, memory_budget_mb=budget_mb,
         )  # fmt: skip
-        return [y.numpy().tolist() for _, y in dataset.take(batches)]
+        return [x.numpy().tobytes() + y.numpy().tobytes() for x, y in dataset.take(count)]
 
-    whole = labels(0, 0, 3 * steps)
-    assert labels(1, 3, 2 * steps - 3) == whole[steps + 3 :]
-    assert labels(2, 0, steps) == whole[2 * steps :]
+    whole = batches(0, 0, 3 * steps)
+    assert batches(1, 3, 2 * steps - 3) == whole[steps + 3 :]
+    assert batches(2, 0, steps) == whole[2 * steps :]
     assert whole[:steps] != whole[steps : 2 * steps]  # each epoch has its own order
+    # An epoch holds distinct examples: the batches together hold steps * 48 different images.
+    images = data.train_dataset(
+        str(tmp_path), shard_manifest, 1, 48, seed=5, memory_budget_mb=budget_mb
+    ).take(steps)
+    distinct = {image.tobytes() for x, _ in images for image in x.numpy()}
+    assert len(distinct) == steps * 48
 
 
 def test_run_state_round_trips_through_json():
@@ -181,6 +190,11 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
         threads_per_worker=2, scalar_freq_steps=0,
     )  # fmt: skip
     backup.check_resume_settings(relaxed, shard_manifest, 2)
+    streamed = TrainConfig(
+        data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1, input_memory_budget_mb=0
+    )
+    with pytest.raises(ConfigError, match="input 'memory,memory' -> 'stream-window-"):
+        backup.check_resume_settings(streamed, shard_manifest, 2)
     with pytest.raises(ConfigError) as refused:
         backup.check_resume_settings(changed, shard_manifest, 3)
     message = str(refused.value)
