@@ -119,6 +119,15 @@ def verify(data_dir: str, split: str | None = None, worker: int | None = None) -
     """
     manifest = read_manifest(data_dir)
     entries = sorted(manifest["files"], key=lambda f: f["path"])
+    if split is not None and split not in layout.SPLITS:
+        raise ManifestError(f"unknown split '{split}': one of {', '.join(layout.SPLITS)}")
+    if worker is not None and split != layout.TRAIN_SPLIT:
+        raise ManifestError(f"--worker selects train files: pass --split {layout.TRAIN_SPLIT}")
+    if worker is not None and not 0 <= worker < manifest["num_workers"]:
+        raise ManifestError(
+            f"worker {worker} is not in this shard set: its workers are "
+            f"0..{manifest['num_workers'] - 1}"
+        )
     if split is not None:
         entries = file_entries(manifest, split, worker)
     for entry in entries:

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from contract import manifest
+from contract import layout, manifest
+from contract.messages import EXIT_BAD_INPUT, error_line
 
 USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
        python -m preprocess verify DATA_DIR [--split SPLIT] [--worker N]
@@ -23,6 +24,10 @@ def verify(argv: list[str]) -> int:
     parser.add_argument("--split", default=None, help="only this split's files")
     parser.add_argument("--worker", type=int, default=None, help="only this worker's train files")
     args = parser.parse_args(argv)
+    if args.split is not None and args.split not in layout.SPLITS:
+        print(error_line(f"unknown split '{args.split}': one of {', '.join(layout.SPLITS)}"),
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
     try:
         doc = manifest.verify(args.data_dir, args.split, args.worker)
     except manifest.ManifestError as e:

@@ -25,6 +25,8 @@ class PreprocessConfig:
     eval_split: str = "test"
     seed: str = "0"
     max_records_per_file: int = 100_000
+    max_bytes_per_file: int = 128 << 20
+    bucket_bytes: int = 64 << 20
     read_chunk_size: int = 10_000
     batch_size: int = 1_000
     overwrite: bool = False
@@ -45,7 +47,13 @@ class PreprocessConfig:
             raise PreprocessError(
                 f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
             )
-        for name in ("max_records_per_file", "read_chunk_size", "batch_size"):
+        for name in (
+            "max_records_per_file",
+            "max_bytes_per_file",
+            "bucket_bytes",
+            "read_chunk_size",
+            "batch_size",
+        ):
             if getattr(self, name) < 1:
                 raise PreprocessError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -100,6 +108,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=d.max_records_per_file,
         help="most records in one shard file",
+    )
+    parser.add_argument(
+        "--max_bytes_per_file",
+        type=int,
+        default=d.max_bytes_per_file,
+        help="most bytes in one shard file (files are cut by bytes, then by record count)",
+    )
+    parser.add_argument(
+        "--bucket_bytes",
+        type=int,
+        default=d.bucket_bytes,
+        help="about how many bytes of records one Beam worker sorts at a time",
     )
     parser.add_argument(
         "--read_chunk_size",

@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout
-from preprocess import plan, shard_set, sources, transforms
+from contract import atomic, layout, records
+from preprocess import dask_support, plan, shard_set, sources, transforms
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
 from preprocess.errors import PreprocessError
 
 FILES_LIST = "_files.json"
+TRAIN_ROLE, EVAL_ROLE = "train", "eval"  # which source split a record came from
+MIN_BUCKETS = 16  # so that sorting is spread over workers even for small datasets
 DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner", "BundleBasedDirectRunner")
 
 
@@ -34,7 +38,11 @@ def beam_options(beam_args: list[str]) -> PipelineOptions:
             "--direct_running_mode=multi_threading loses elements in Beam's FnApiRunner: "
             "use multi_processing (with --direct_num_workers) or in_memory"
         )
-    if not is_direct(runner) and "--setup_file" not in " ".join(beam_args):
+    if (
+        not is_direct(runner)
+        and not dask_support.is_dask(options)  # Dask workers get the code from prepare()
+        and "--setup_file" not in " ".join(beam_args)
+    ):
         setup_file = shard_set.PROJECT_ROOT / "setup.py"
         if setup_file.exists():
             options = PipelineOptions([*beam_args, f"--setup_file={setup_file}"])
@@ -58,41 +66,109 @@ def _make_pipeline(options: PipelineOptions) -> beam.Pipeline:
     return beam.Pipeline(options=options)
 
 
+def record_bytes(spec: sources.DatasetSpec) -> int:
+    """Bytes of one framed record. Images have a fixed shape, so every record has this size
+    (a label below 128 takes one varint byte less than the largest label)."""
+    image = np.zeros(spec.image_shape, np.uint8)
+    return len(records.encode_example(image, max(0, len(spec.class_names) - 1))) + 16
+
+
+def make_plans(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> dict[str, transforms.MakePlan]:
+    """Each source role's plan maker (number of examples → plan); files are cut by bytes."""
+    per_file = plan.records_per_file(
+        record_bytes(spec), cfg.max_bytes_per_file, cfg.max_records_per_file
+    )
+    return {
+        TRAIN_ROLE: functools.partial(
+            plan.TrainPlan,
+            num_workers=cfg.num_workers,
+            validation_fraction=cfg.validation_fraction,
+            max_records_per_file=per_file,
+        ),
+        EVAL_ROLE: functools.partial(
+            plan.WholeSplitPlan, split=layout.EVAL_SPLIT, max_records_per_file=per_file
+        ),
+    }
+
+
 def _build_pipeline(
     p: beam.Pipeline, cfg: PreprocessConfig, spec: sources.DatasetSpec, staging: str
 ) -> None:
-    train_plan = functools.partial(
-        plan.TrainPlan,
-        num_workers=cfg.num_workers,
-        validation_fraction=cfg.validation_fraction,
-        max_records_per_file=cfg.max_records_per_file,
-    )
-    eval_plan = functools.partial(
-        plan.WholeSplitPlan, split=layout.EVAL_SPLIT, max_records_per_file=cfg.max_records_per_file
-    )
+    plans = make_plans(cfg, spec)
     reader = transforms.ReadTfdsChunk(
         spec.dataset_dir, spec.image_key, spec.label_key, cfg.batch_size
     )
-    entries = []
-    for label, split, make_plan in (
-        ("Train", cfg.train_split, train_plan),
-        ("Eval", cfg.eval_split, eval_plan),
-    ):
-        chunks = transforms.read_chunks(split, spec.split_sizes[split], cfg.read_chunk_size)
-        entries.append(
+    batches, roles = {}, {}
+    for role, split in ((TRAIN_ROLE, cfg.train_split), (EVAL_ROLE, cfg.eval_split)):
+        size = spec.split_sizes[split]
+        label = role.title()
+        batches[role] = (
             p
-            | f"{label}Chunks" >> beam.Create(chunks, reshuffle=False)
+            | f"{label}Chunks"
+            >> beam.Create(
+                transforms.read_chunks(split, size, cfg.read_chunk_size), reshuffle=False
+            )
             | f"Distribute{label}Chunks" >> beam.Reshuffle()
             | f"Read{label}" >> beam.ParDo(reader)
-            | f"Shard{label}" >> transforms.ShardSplit(make_plan, cfg.seed, staging)
         )
+        bits = transforms.bucket_bits(size, record_bytes(spec), cfg.bucket_bytes, MIN_BUCKETS)
+        roles[role] = (plans[role], bits)
+    # One chain to one last step: the DaskRunner computes only the graph's last step.
     _ = (
-        entries
-        | "MergeEntries" >> beam.Flatten()
-        | "ListEntries" >> beam.combiners.ToList()
+        batches
+        | "Shard" >> transforms.ShardSplits(roles, cfg.seed, staging)
+        | "ListEntries" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
         | "WriteFileList"
         >> beam.Map(lambda e: atomic.write_json_atomic(layout.join(staging, FILES_LIST), e))
     )
+
+
+def check_written(
+    cfg: PreprocessConfig, spec: sources.DatasetSpec, files: list[dict[str, Any]], staging: str
+) -> None:
+    """The guard against a lossy runner: what was written must be exactly what the source and
+    the plan say, split by split and file by file, before anything is published.
+
+    Raises:
+        PreprocessError: one line naming the split (or file) and both numbers.
+    """
+    plans = make_plans(cfg, spec)
+    train = plans[TRAIN_ROLE](spec.split_sizes[cfg.train_split])
+    written = {s: sum(f["num_examples"] for f in files if f["split"] == s) for s in layout.SPLITS}
+    held = written[layout.TRAIN_SPLIT] + written[layout.VALIDATION_SPLIT]
+    if held != train.num_examples:
+        raise PreprocessError(
+            f"split '{cfg.train_split}' has {train.num_examples} examples but the runner wrote "
+            f"{held} (train {written[layout.TRAIN_SPLIT]} + validation and leftover "
+            f"{written[layout.VALIDATION_SPLIT]}): records were lost or repeated; nothing published"
+        )
+    if written[layout.EVAL_SPLIT] != spec.split_sizes[cfg.eval_split]:
+        raise PreprocessError(
+            f"split '{cfg.eval_split}' has {spec.split_sizes[cfg.eval_split]} examples but the "
+            f"runner wrote {written[layout.EVAL_SPLIT]}: records were lost or repeated; "
+            "nothing published"
+        )
+    expected = {
+        slot.path: sum(end - begin for begin, end in ranges)
+        for role, split in ((TRAIN_ROLE, cfg.train_split), (EVAL_ROLE, cfg.eval_split))
+        for slot, ranges in plans[role](spec.split_sizes[split]).files()
+    }
+    paths = [f["path"] for f in files]
+    if sorted(paths) != sorted(expected):
+        missing = sorted(set(expected) - set(paths))
+        extra = sorted({p for p in paths if paths.count(p) > 1} | (set(paths) - set(expected)))
+        raise PreprocessError(
+            f"the runner wrote {len(paths)} files, the plan has {len(expected)} "
+            f"(missing {missing[:3]}, unexpected or repeated {extra[:3]}); nothing published"
+        )
+    for entry in files:
+        on_disk = tf.io.gfile.stat(layout.join(staging, entry["path"])).length
+        if entry["num_examples"] != expected[entry["path"]] or on_disk != entry["size_bytes"]:
+            raise PreprocessError(
+                f"file {entry['path']} holds {entry['num_examples']} examples in {on_disk} "
+                f"bytes, the plan says {expected[entry['path']]} examples in "
+                f"{entry['size_bytes']} bytes; nothing published"
+            )
 
 
 def _check_splits(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> None:
@@ -126,31 +202,50 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
             complete.
     """
     cfg.check()
-    options = beam_options(beam_args or [])
-    data_dir = layout.data_dir(cfg.output_root, cfg.date)
+    beam_args = list(beam_args or [])
+    options = beam_options(beam_args)
+    data_dir = layout.data_dir(absolute(cfg.output_root), cfg.date)
     manifest_path = layout.join(data_dir, layout.MANIFEST_FILE)
     if tf.io.gfile.exists(manifest_path) and not cfg.overwrite:
         raise PreprocessError(
             f"shard set already complete: {manifest_path} exists (pass --overwrite to replace it)"
         )
+    shard_set.remove_dead_staging(data_dir)
     staging = shard_set.make_staging(data_dir)
     try:
         builder = sources.prepare_dataset(
-            cfg.dataset, cfg.data_dir, cfg.manual_dir, cfg.manual_checksums
+            cfg.dataset, absolute(cfg.data_dir), cfg.manual_dir, cfg.manual_checksums
         )
         spec = sources.describe(builder)
         _check_splits(cfg, spec)
+        if dask_support.is_dask(options):
+            examples = spec.split_sizes[cfg.train_split] + spec.split_sizes[cfg.eval_split]
+            beam_args = dask_support.prepare(
+                beam_args, examples * record_bytes(spec), cfg.bucket_bytes
+            )
+            options = beam_options(beam_args)
         with _make_pipeline(options) as p:
             _build_pipeline(p, cfg, spec, staging)
         files_path = layout.join(staging, FILES_LIST)
+        if not tf.io.gfile.exists(files_path):
+            raise PreprocessError(
+                f"the runner finished without writing the file list {files_path}: "
+                "it skipped the job's last step; nothing published"
+            )
         files = atomic.read_json(files_path)
-        tf.io.gfile.remove(files_path)
+        check_written(cfg, spec, files, staging)
+        shard_set.keep_only(staging, [f["path"] for f in files])
         doc = shard_set.build_manifest(cfg, spec, files)
         shard_set.publish(staging, data_dir, doc)
     finally:
         shard_set.remove(staging)
     logging.info("wrote %d files and %s", len(doc["files"]), manifest_path)
     return doc
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute (Beam workers run in other folders); URLs unchanged."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:

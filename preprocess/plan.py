@@ -13,6 +13,13 @@ import math
 
 from contract import layout
 
+Ranges = tuple[tuple[int, int], ...]  # half-open rank ranges, in file order
+
+
+def records_per_file(record_bytes: int, max_bytes_per_file: int, max_records_per_file: int) -> int:
+    """How many records a file holds: as many as fit `max_bytes_per_file`, capped by count."""
+    return max(1, min(max_records_per_file, max_bytes_per_file // max(1, record_bytes)))
+
 
 @dataclasses.dataclass(frozen=True)
 class FileSlot:
@@ -79,6 +86,31 @@ class TrainPlan:
         index = rank if train_rank < 0 else rank - self.num_train
         return self._validation_slot(index // self.max_records_per_file)
 
+    def files(self) -> list[tuple[FileSlot, Ranges]]:
+        """Every file of the plan with the rank ranges it holds, in order."""
+        out: list[tuple[FileSlot, Ranges]] = []
+        for worker in range(self.num_workers):
+            begin = self.num_validation + worker * self.examples_per_worker
+            for index in range(self.files_per_worker):
+                start = begin + index * self.max_records_per_file
+                end = min(start + self.max_records_per_file, begin + self.examples_per_worker)
+                if start < end or index == 0:
+                    out.append((self._train_slot(worker, index), ((start, end),)))
+        # Validation: held-out ranks [0, num_validation), then the leftover train ranks.
+        held_out = self.num_validation
+        total = held_out + self.leftover_examples
+        for index in range(self.validation_files):
+            start = index * self.max_records_per_file
+            end = min(start + self.max_records_per_file, total)
+            ranges = []
+            if start < held_out:
+                ranges.append((start, min(end, held_out)))
+            if end > held_out:
+                shift = self.num_train
+                ranges.append((max(start, held_out) + shift, end + shift))
+            out.append((self._validation_slot(index), tuple(r for r in ranges if r[0] < r[1])))
+        return out
+
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (plans are few and small)
     def _train_slot(self, worker: int, file_index: int) -> FileSlot:
         path = layout.worker_file_name(worker, self.num_workers, file_index, self.files_per_worker)
@@ -111,3 +143,13 @@ class WholeSplitPlan:
         file_index = rank // self.max_records_per_file
         path = layout.whole_split_file_name(self.split, file_index, self.num_files)
         return FileSlot(path, self.split, None)
+
+    def files(self) -> list[tuple[FileSlot, Ranges]]:
+        """Every file of the plan with the rank range it holds, in order."""
+        out: list[tuple[FileSlot, Ranges]] = []
+        for index in range(self.num_files):
+            start = index * self.max_records_per_file
+            end = min(start + self.max_records_per_file, self.num_examples)
+            path = layout.whole_split_file_name(self.split, index, self.num_files)
+            out.append((FileSlot(path, self.split, None), ((start, end),) if start < end else ()))
+        return out

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
+import logging
 import os
 import pathlib
 import posixpath
+import socket
 import subprocess
+import time
 import uuid
 from importlib import metadata
 from typing import Any
@@ -15,11 +19,16 @@ from typing import Any
 import tensorflow as tf
 
 from contract import atomic, layout, manifest
-from preprocess import plan, sources
+from preprocess import plan, sources, transforms
 from preprocess.config import PreprocessConfig
 from preprocess.errors import PreprocessError
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+WRITER_LOCK = ".writer.lock"  # flocked by the staging folder's writer while it lives
+WRITER_FILE = ".writer.json"  # host and pid of the writer, where flock is not available
+UNLOCKED_GRACE_SECONDS = 60.0
+_HELD_LOCKS: dict[str, Any] = {}
+log = logging.getLogger(__name__)
 
 
 def code_version() -> str:
@@ -42,7 +51,8 @@ def code_version() -> str:
 
 
 def make_staging(data_dir: str) -> str:
-    """Creates the staging folder `<data_dir>.tmp-<id>` beside the final one, proving it writable.
+    """Creates the staging folder `<data_dir>.tmp-<id>` beside the final one, proving it writable,
+    and marks it as this process's for as long as the process lives (see remove_dead_staging).
 
     Raises:
         PreprocessError: the output folder cannot be created or written.
@@ -50,14 +60,76 @@ def make_staging(data_dir: str) -> str:
     staging = f"{data_dir}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         tf.io.gfile.makedirs(staging)
-        atomic.write_bytes_atomic(layout.join(staging, ".writable"), b"")
-        tf.io.gfile.remove(layout.join(staging, ".writable"))
+        if _is_local(staging):
+            handle = open(os.path.join(staging, WRITER_LOCK), "w")  # noqa: SIM115 (held for life)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            _HELD_LOCKS[staging] = handle
+        else:
+            writer = {"host": socket.gethostname(), "pid": os.getpid()}
+            atomic.write_json_atomic(layout.join(staging, WRITER_FILE), writer)
     except (OSError, tf.errors.OpError) as e:
         reason = getattr(e, "message", None) or e.strerror or str(e)
         raise PreprocessError(
             f"cannot write to output folder {posixpath.dirname(data_dir)}: {reason}"
         ) from None
     return staging
+
+
+def remove_dead_staging(data_dir: str) -> list[str]:
+    """Removes staging folders of `data_dir` left by killed runs; returns what was removed.
+
+    Only folders whose writer is gone: locally, whose writer lock nobody holds (a live writer
+    keeps it locked); on object stores, whose writer was a process of this machine that no
+    longer runs (others are left, and logged).
+    """
+    removed = []
+    for staging in sorted(tf.io.gfile.glob(f"{data_dir}.tmp-*")):
+        if _writer_gone(staging):
+            log.warning("removing %s, left by a run that was killed", staging)
+            remove(staging)
+            removed.append(staging)
+        else:
+            log.info("leaving %s: its writer may still run", staging)
+    return removed
+
+
+def _writer_gone(staging: str) -> bool:
+    if _is_local(staging):
+        lock_path = os.path.join(staging, WRITER_LOCK)
+        if not os.path.exists(lock_path):
+            # Killed before its lock existed, or being created this instant: go by age.
+            return time.time() - os.path.getmtime(staging) > UNLOCKED_GRACE_SECONDS
+        with open(lock_path) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+    try:
+        writer = atomic.read_json(layout.join(staging, WRITER_FILE))
+    except (OSError, ValueError, tf.errors.OpError):
+        return False
+    if writer.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(writer["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def keep_only(staging: str, paths: list[str]) -> None:
+    """Deletes everything in the staging folder but the listed files (relative paths): the
+    sorted buckets, the file list, the writer mark, and any temporary file a retried task left."""
+    remove(layout.join(staging, transforms.BUCKETS_DIR))
+    keep = set(paths)
+    for folder, _, names in tf.io.gfile.walk(staging):
+        for name in names:
+            path = layout.join(folder, name)
+            if posixpath.relpath(path, staging) not in keep:
+                tf.io.gfile.remove(path)
 
 
 def build_manifest(
@@ -120,7 +192,10 @@ def _is_local(path: str) -> bool:
 
 
 def remove(path: str) -> None:
-    """Deletes a folder tree if it exists."""
+    """Deletes a folder tree if it exists; lets go of its writer lock if this process holds it."""
+    handle = _HELD_LOCKS.pop(path, None)
+    if handle is not None:
+        handle.close()
     if tf.io.gfile.exists(path):
         tf.io.gfile.rmtree(path)
 

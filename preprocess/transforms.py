@@ -2,6 +2,19 @@
 
 Elements are batches (lists) of records, not single records, to keep Beam's per-element
 overhead off the hot path.
+
+Ranking without global state: a record's key is sha256(seed, record); its bucket is the key's
+first bits, so bucket order is key order. Records are grouped by bucket; each bucket is sorted
+and spilled to one staging file, and only its (count, bytes) travel on. From those few numbers
+one step works out every record's global rank (the buckets before it plus its place inside)
+and cuts the plan's files into byte ranges of the spilled buckets, which are then copied in
+parallel (TFRecord files concatenate byte-wise). A worker holds at most one bucket at a time,
+and the output does not depend on the number of buckets, the runner or the bundle order.
+
+The graph is one chain ending in one step, uses no side inputs, tagged outputs or Beam sinks,
+and writes files by absolute path through a temporary name: the constructs that Beam's
+DaskRunner runs correctly (it computes only the last step, recomputes side inputs per
+partition, and its file sinks lose data).
 """
 
 from __future__ import annotations
@@ -9,20 +22,25 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
-import itertools
+import math
 import posixpath
+import struct
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
 
-from contract import atomic, layout, records
-from preprocess.plan import FileSlot
+from contract import layout, records
 
 Keyed = tuple[bytes, bytes]  # (sha256 key, serialised record)
-ShardPart = tuple[str, tuple[str, int | None, list[Keyed]]]  # (path, (split, worker, records))
-DUPLICATES = "duplicates"
+BucketId = tuple[str, int]  # (source role: "train" or "eval", bucket number)
+Piece = tuple[str, int, int]  # (spilled bucket file, first record, end record)
+CopyTask = tuple[str, str, int | None, list[Piece]]  # (path, split, worker, pieces)
+MakePlan = Callable[[int], Any]  # number of examples -> plan.TrainPlan / plan.WholeSplitPlan
+BUCKETS_DIR = "_buckets"
+MAX_BUCKET_BITS = 20
 
 
 def read_chunks(split: str, num_examples: int, chunk_size: int) -> list[tuple[str, int, int]]:
@@ -111,125 +129,186 @@ def key_records(batch: list[bytes], seed: str) -> list[Keyed]:
     return keyed
 
 
-class _ConcatKeys(beam.CombineFn):
-    """Gathers every batch's keys into one list (keys are small: 32 bytes per example)."""
-
-    def create_accumulator(self) -> list[bytes]:
-        return []
-
-    def add_input(self, acc: list[bytes], batch: list[Keyed]) -> list[bytes]:
-        acc.extend(k for k, _ in batch)
-        return acc
-
-    def merge_accumulators(self, accumulators: Iterable[list[bytes]]) -> list[bytes]:
-        return list(itertools.chain.from_iterable(accumulators))
-
-    def extract_output(self, acc: list[bytes]) -> list[bytes]:
-        return sorted(acc)
+def bucket_bits(num_examples: int, record_bytes: int, bucket_bytes: int, min_buckets: int) -> int:
+    """Bits of key prefix per bucket: enough buckets that one holds about `bucket_bytes`."""
+    wanted = max(min_buckets, math.ceil(num_examples * record_bytes / max(1, bucket_bytes)))
+    return min(MAX_BUCKET_BITS, max(0, math.ceil(math.log2(max(1, wanted)))))
 
 
-class AssignFiles(beam.DoFn):
-    """Ranks each record among all keys and groups a batch's records by their output file.
+def bucket_of(key: bytes, bits: int) -> int:
+    """The bucket of a key: its first `bits` bits (0 when there is one bucket)."""
+    return int.from_bytes(key[:4], "big") >> (32 - bits) if bits else 0
 
-    Records whose key occurs more than once (byte-identical examples) go to the `duplicates`
-    output: their ranks are handed out after grouping them, so each gets its own rank.
+
+class KeyIntoBuckets(beam.DoFn):
+    """A batch of records → (bucket id, the batch's keyed records of that bucket) pieces."""
+
+    def __init__(self, role: str, seed: str, bits: int):
+        self._role = role
+        self._seed = seed
+        self._bits = bits
+
+    def process(self, batch: list[bytes]) -> Iterator[tuple[BucketId, list[Keyed]]]:
+        parts: dict[int, list[Keyed]] = collections.defaultdict(list)
+        for keyed in key_records(batch, self._seed):
+            parts[bucket_of(keyed[0], self._bits)].append(keyed)
+        for bucket in sorted(parts):
+            yield (self._role, bucket), parts[bucket]
+
+
+def bucket_path(staging_dir: str, role: str, bucket: int) -> str:
+    """Where a sorted bucket is spilled inside the staging folder."""
+    return layout.join(staging_dir, BUCKETS_DIR, role, f"{bucket:07d}.tfrecord")
+
+
+def write_file_atomic(path: str, write: Callable[[str], None]) -> None:
+    """`write(temporary path)`, then a rename: a retried task never leaves half a file."""
+    tf.io.gfile.makedirs(posixpath.dirname(path))
+    temp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        write(temp)
+        tf.io.gfile.rename(temp, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.remove(temp)
+
+
+class SortBucket(beam.DoFn):
+    """Sorts one bucket's records by (key, record), spills them as TFRecords, emits its size.
+
+    Identical records share a key and land next to each other, each with its own rank.
     """
-
-    def __init__(self, make_plan: Callable[[int], Any]):
-        self._make_plan = make_plan
-        self._plan: Any = None
-
-    def process(self, batch: list[Keyed], sorted_keys: list[bytes]) -> Iterator[Any]:
-        if self._plan is None or self._plan.num_examples != len(sorted_keys):
-            self._plan = self._make_plan(len(sorted_keys))
-        plan = self._plan
-        parts: dict[FileSlot, list[Keyed]] = collections.defaultdict(list)
-        for key, record in batch:
-            rank = bisect.bisect_left(sorted_keys, key)
-            if rank + 1 < len(sorted_keys) and sorted_keys[rank + 1] == key:
-                yield beam.pvalue.TaggedOutput(DUPLICATES, (key, record))
-                continue
-            parts[plan.slot(rank)].append((key, record))
-        for slot, keyed in parts.items():
-            yield slot.path, (slot.split, slot.worker, keyed)
-
-
-class AssignDuplicates(beam.DoFn):
-    """Gives each copy of a repeated record one of the ranks its key occupies."""
-
-    def __init__(self, make_plan: Callable[[int], Any]):
-        self._make_plan = make_plan
-
-    def process(
-        self, element: tuple[bytes, Iterable[bytes]], sorted_keys: list[bytes]
-    ) -> Iterator[ShardPart]:
-        key, copies = element
-        plan = self._make_plan(len(sorted_keys))
-        first = bisect.bisect_left(sorted_keys, key)
-        for offset, record in enumerate(copies):
-            slot = plan.slot(first + offset)
-            yield slot.path, (slot.split, slot.worker, [(key, record)])
-
-
-class WriteShard(beam.DoFn):
-    """Writes one output file's records in key order; emits its manifest file entry."""
 
     def __init__(self, staging_dir: str):
         self._staging_dir = staging_dir
 
-    def process(
-        self, element: tuple[str, Iterable[tuple[str, int | None, list[Keyed]]]]
-    ) -> Iterator[dict[str, Any]]:
-        path, parts = element
-        parts = list(parts)
-        keyed = sorted(itertools.chain.from_iterable(p[2] for p in parts))
-        split, worker = parts[0][0], parts[0][1]
-        full_path = layout.join(self._staging_dir, path)
-        tf.io.gfile.makedirs(posixpath.dirname(full_path))
-        with tf.io.TFRecordWriter(full_path) as writer:
-            for _, record in keyed:
-                writer.write(record)
+    def process(self, element: tuple[BucketId, Iterable[list[Keyed]]]) -> Iterator[dict[str, Any]]:
+        (role, bucket), parts = element
+        keyed = sorted(k for part in parts for k in part)
+        path = bucket_path(self._staging_dir, role, bucket)
+
+        def write(temp: str) -> None:
+            with tf.io.TFRecordWriter(temp) as writer:
+                for _, record in keyed:
+                    writer.write(record)
+
+        write_file_atomic(path, write)
+        yield {"role": role, "bucket": bucket, "count": len(keyed), "path": path}
+
+
+def record_offsets(data: bytes) -> list[int]:
+    """Byte offset of every record in a TFRecord file's bytes, plus the end offset."""
+    offsets, pos = [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        (length,) = struct.unpack_from("<Q", data, pos)
+        pos += 16 + length
+    if pos != len(data):
+        raise ValueError(f"truncated TFRecord data: {len(data)} bytes, last record ends at {pos}")
+    offsets.append(pos)
+    return offsets
+
+
+def plan_copies(stats: list[dict[str, Any]], make_plans: dict[str, MakePlan]) -> list[CopyTask]:
+    """Every output file of every role, as pieces (byte ranges by record) of spilled buckets.
+
+    Buckets are in key order, so bucket b's records have the global ranks
+    [records in buckets < b, ... + count_b); a file's rank ranges are cut at bucket edges.
+    """
+    tasks: list[CopyTask] = []
+    for role, make_plan in sorted(make_plans.items()):
+        buckets = sorted((s["bucket"], s["count"], s["path"]) for s in stats if s["role"] == role)
+        starts = [0]
+        for _, count, _ in buckets:
+            starts.append(starts[-1] + count)
+        for slot, ranges in make_plan(starts[-1]).files():
+            pieces: list[Piece] = []
+            for begin, end in ranges:
+                i = bisect.bisect_right(starts, begin) - 1
+                while begin < end:
+                    first, (_, count, path) = starts[i], buckets[i]
+                    stop = min(end, first + count)
+                    pieces.append((path, begin - first, stop - first))
+                    begin, i = stop, i + 1
+            tasks.append((slot.path, slot.split, slot.worker, pieces))
+    return tasks
+
+
+class WriteFile(beam.DoFn):
+    """Writes one output file from its pieces; emits its manifest file entry."""
+
+    def __init__(self, staging_dir: str):
+        self._staging_dir = staging_dir
+        self._cached: tuple[str, bytes, list[int]] | None = None
+
+    def _bucket(self, path: str) -> tuple[bytes, list[int]]:
+        if self._cached is None or self._cached[0] != path:
+            self._cached = None  # let the previous bucket go before reading the next
+            with tf.io.gfile.GFile(path, "rb") as f:
+                data = f.read()
+            self._cached = (path, data, record_offsets(data))
+        return self._cached[1], self._cached[2]
+
+    def process(self, task: CopyTask) -> Iterator[dict[str, Any]]:
+        path, split, worker, pieces = task
+        digest = hashlib.sha256()
+        size = count = 0
+
+        def write(temp: str) -> None:
+            nonlocal size, count
+            with tf.io.gfile.GFile(temp, "wb") as f:
+                f.write(b"")  # an empty file exists too (GFile creates on first write)
+                for bucket, first, end in pieces:
+                    data, offsets = self._bucket(bucket)
+                    if end >= len(offsets):
+                        raise ValueError(f"{bucket} holds {len(offsets) - 1} records, not {end}")
+                    chunk = data[offsets[first] : offsets[end]]
+                    f.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                    count += end - first
+
+        write_file_atomic(layout.join(self._staging_dir, path), write)
         yield {
             "path": path,
             "split": split,
             "worker": worker,
-            "num_examples": len(keyed),
-            "sha256": atomic.sha256_file(full_path),
-            "size_bytes": tf.io.gfile.stat(full_path).length,
+            "num_examples": count,
+            "sha256": digest.hexdigest(),
+            "size_bytes": size,
         }
 
 
-class ShardSplit(beam.PTransform):
-    """Batches of records of one split → file entries of the shard files written for it.
+class ShardSplits(beam.PTransform):
+    """Batches of records per source role → file entries of the shard files written for them.
 
     Args:
-        make_plan: builds the split's plan (rank → file) from the number of records.
+        roles: role ("train", "eval") → (plan maker: number of examples → plan, bucket bits).
         seed: mixed into every key, so a different seed gives a different assignment.
-        staging_dir: folder the files are written into.
+        staging_dir: absolute folder the files are written into (buckets under `_buckets/`).
     """
 
-    def __init__(self, make_plan: Callable[[int], Any], seed: str, staging_dir: str):
+    def __init__(self, roles: dict[str, tuple[MakePlan, int]], seed: str, staging_dir: str):
         super().__init__()
-        self._make_plan = make_plan
+        self._roles = roles
         self._seed = seed
         self._staging_dir = staging_dir
 
-    def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        keyed = batches | "KeyRecords" >> beam.Map(key_records, seed=self._seed)
-        sorted_keys = beam.pvalue.AsSingleton(
-            keyed | "GatherSortedKeys" >> beam.CombineGlobally(_ConcatKeys())
-        )
-        assigned = keyed | "AssignFiles" >> beam.ParDo(
-            AssignFiles(self._make_plan), sorted_keys
-        ).with_outputs(DUPLICATES, main="unique")
-        repeated = (
-            assigned[DUPLICATES]
-            | "GroupCopies" >> beam.GroupByKey()
-            | "AssignDuplicates" >> beam.ParDo(AssignDuplicates(self._make_plan), sorted_keys)
-        )
+    def expand(self, batches: dict[str, beam.PCollection]) -> beam.PCollection:
+        keyed = [
+            batches[role]
+            | f"Key{role.title()}" >> beam.ParDo(KeyIntoBuckets(role, self._seed, bits))
+            for role, (_, bits) in sorted(self._roles.items())
+        ]
+        make_plans = {role: make_plan for role, (make_plan, _) in self._roles.items()}
         return (
-            (assigned.unique, repeated)
-            | "MergeAssigned" >> beam.Flatten()
-            | "GroupByFile" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(WriteShard(self._staging_dir))
+            keyed
+            | "MergeBuckets" >> beam.Flatten()
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "SortBuckets" >> beam.ParDo(SortBucket(self._staging_dir))
+            | "GatherBucketSizes"
+            >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
+            | "PlanCopies" >> beam.FlatMap(plan_copies, make_plans=make_plans)
+            | "DistributeCopies" >> beam.Reshuffle()
+            | "WriteFiles" >> beam.ParDo(WriteFile(self._staging_dir))
         )

@@ -91,3 +91,19 @@ def test_run_bad_input_messages(make_config, capsys, flags, message):
     assert cli.main(["run", *argv]) == 1
     assert capsys.readouterr().err.startswith(message)
     assert not os.path.exists(layout.data_dir(cfg.output_root, "2026-01-31"))
+
+
+@pytest.mark.parametrize(
+    "flags, code, message",
+    [
+        (["--split", "trian"], 2, "error: unknown split 'trian': one of train, validation, eval"),
+        (["--worker", "0"], 1, "error: --worker selects train files: pass --split train"),
+        (["--split", "train", "--worker", "2"], 1, "error: worker 2 is not in this shard set"),
+    ],
+)
+def test_verify_refuses_a_selection_that_checks_nothing(shard_set, capsys, flags, code, message):
+    data_dir, _ = shard_set
+    assert cli.main(["verify", data_dir, *flags]) == code
+    captured = capsys.readouterr()
+    assert captured.err.startswith(message) and captured.err.count("\n") == 1
+    assert "OK" not in captured.out

@@ -40,3 +40,31 @@ def test_whole_split_plan():
     }
     with pytest.raises(ValueError, match="rank 45 outside"):
         p.slot(45)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: plan.TrainPlan(103, num_workers=4, validation_fraction=0.1, max_records_per_file=7),
+        lambda: plan.TrainPlan(50, num_workers=1, validation_fraction=0.0, max_records_per_file=50),
+        lambda: plan.TrainPlan(61, num_workers=6, validation_fraction=0.3, max_records_per_file=4),
+        lambda: plan.WholeSplitPlan(45, split=layout.EVAL_SPLIT, max_records_per_file=20),
+    ],
+)
+def test_file_ranges_hold_exactly_the_ranks_slot_assigns(make):
+    p = make()
+    by_slot = collections.defaultdict(list)
+    for rank in range(p.num_examples):
+        by_slot[p.slot(rank).path].append(rank)
+    files = p.files()
+    assert len({slot.path for slot, _ in files}) == len(files)
+    for slot, ranges in files:
+        ranks = [r for begin, end in ranges for r in range(begin, end)]
+        assert ranks == by_slot.pop(slot.path, []), slot.path
+    assert not by_slot
+
+
+def test_records_per_file_is_cut_by_bytes_then_by_count():
+    assert plan.records_per_file(800, 128 << 20, 100_000) == 100_000
+    assert plan.records_per_file(800, 80_000, 100_000) == 100
+    assert plan.records_per_file(800, 100, 100_000) == 1

@@ -152,3 +152,69 @@ def test_missing_sources_for_a_fresh_build_leave_nothing(make_config, tmp_path):
     with pytest.raises(PreprocessError, match=r"source file missing: .*empty/t10k-images"):
         run_preprocess(cfg)
     assert os.listdir(os.path.dirname(data_dir_of(cfg))) == []
+
+
+def test_a_runner_that_loses_a_record_is_refused_and_nothing_is_published(make_config, monkeypatch):
+    from preprocess import transforms
+
+    keyed = transforms.KeyIntoBuckets.process
+
+    def lose_one(self, batch):
+        if self._role == "train" and not hasattr(lose_one, "done"):
+            lose_one.done = True  # the first train batch loses its first record
+            batch = batch[1:]
+        yield from keyed(self, batch)
+
+    monkeypatch.setattr(transforms.KeyIntoBuckets, "process", lose_one)
+    cfg = make_config()
+    with pytest.raises(PreprocessError) as refused:
+        run_preprocess(cfg)
+    message = str(refused.value)
+    assert "split 'train' has 300 examples but the runner wrote 299" in message
+    assert "nothing published" in message and "\n" not in message
+    assert os.listdir(os.path.dirname(data_dir_of(cfg))) == []
+
+
+def test_a_file_missing_from_the_plan_is_refused(make_config, monkeypatch):
+    from preprocess import pipeline
+
+    planned = pipeline.check_written
+
+    def rename_one(cfg, spec, files, staging):
+        # Same counts, one file under a name the plan does not have (a stray retry's output).
+        planned(cfg, spec, [*files[:-1], {**files[-1], "path": "eval/stray.tfrecord"}], staging)
+
+    monkeypatch.setattr(pipeline, "check_written", rename_one)
+    cfg = make_config(max_records_per_file=40)
+    with pytest.raises(PreprocessError, match=r"wrote \d+ files, the plan has \d+ \(missing"):
+        run_preprocess(cfg)
+    assert os.listdir(os.path.dirname(data_dir_of(cfg))) == []
+
+
+def test_staging_left_by_a_killed_run_is_removed_by_the_next_run(make_config):
+    import subprocess
+    import sys
+    import textwrap
+
+    cfg = make_config()
+    data_dir = data_dir_of(cfg)
+    # A writer that makes its staging folder, then is killed: its lock dies with it.
+    script = textwrap.dedent(f"""
+        import os, signal
+        from preprocess import shard_set
+        shard_set.make_staging({data_dir!r})
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    subprocess.run([sys.executable, "-c", script], cwd=factories.PROJECT_ROOT, check=False)
+    from preprocess import shard_set
+
+    dead = [p for p in os.listdir(os.path.dirname(data_dir)) if ".tmp-" in p]
+    assert len(dead) == 1
+    live = shard_set.make_staging(data_dir)  # a writer that still runs (this process)
+    try:
+        run_preprocess(cfg)
+        left = sorted(p for p in os.listdir(os.path.dirname(data_dir)) if ".tmp-" in p)
+        assert left == [os.path.basename(live)]  # the dead one is gone, the live one stays
+    finally:
+        shard_set.remove(live)
+    assert sorted(os.listdir(os.path.dirname(data_dir))) == ["data"]

@@ -1,0 +1,70 @@
+"""Beam's DaskRunner on a dask.distributed cluster: the project's code shipped to the workers
+and the number of partitions sized from the data."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import tempfile
+import zipfile
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from preprocess import shard_set
+
+CODE_PACKAGES = ("contract", "preprocess")
+log = logging.getLogger(__name__)
+
+
+def is_dask(options: PipelineOptions) -> bool:
+    """Whether the pipeline runs on Beam's DaskRunner."""
+    runner = options.view_as(StandardOptions).runner or ""
+    return str(runner).rsplit(".", 1)[-1] == "DaskRunner"
+
+
+def code_zip(folder: str) -> str:
+    """Zips the packages the job's steps import; the name carries the contents' digest, so a
+    worker never keeps an older upload of the same name."""
+    members = []
+    for package in CODE_PACKAGES:
+        top = shard_set.PROJECT_ROOT / package
+        for path in sorted(top.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                members.append((path, path.relative_to(shard_set.PROJECT_ROOT).as_posix()))
+    digest = hashlib.sha256()
+    for path, name in members:
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    zip_path = os.path.join(folder, f"nightly_trainer_code_{digest.hexdigest()[:12]}.zip")
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, name in members:
+            archive.write(path, name)
+    return zip_path
+
+
+def prepare(beam_args: list[str], data_bytes: int, bucket_bytes: int) -> list[str]:
+    """Ships the project's code to the cluster's workers and, unless the user chose a
+    partitioning, asks for partitions of about `bucket_bytes` (at least two per worker).
+
+    Dask holds a partition's output in memory, so the partition size bounds a worker's memory;
+    Beam's default (128 read tasks per partition) would put a whole dataset in one.
+
+    Returns:
+        The Beam flags to run with.
+    """
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+    from distributed import Client
+
+    dask = PipelineOptions(beam_args).view_as(DaskOptions)
+    address = getattr(dask, "address", None)
+    workers = 1
+    if address:
+        with tempfile.TemporaryDirectory() as folder, Client(address, timeout=60) as client:
+            client.upload_file(code_zip(folder))
+            workers = max(1, len(client.scheduler_info()["workers"]))
+            log.info("shipped %s to %d Dask workers at %s", CODE_PACKAGES, workers, address)
+    if getattr(dask, "npartitions", None) or getattr(dask, "partition_size", None):
+        return beam_args
+    partitions = max(2 * workers, math.ceil(data_bytes / max(1, bucket_bytes)))
+    return [*beam_args, f"--dask_npartitions={partitions}"]
