@@ -44,6 +44,15 @@ test: setup dataset lint typecheck
 bench: setup dataset
 	$(BIN)/python -m bench
 
+# A local Dask cluster for `python -m preprocess run --runner=DaskRunner --dask_client_address=...`.
+WORKERS ?= 2
+.PHONY: dask-up dask-down
+dask-up: setup
+	$(BIN)/python -m preprocess.dask_cluster start --workers $(WORKERS)
+
+dask-down:
+	$(BIN)/python -m preprocess.dask_cluster stop
+
 # The venv and caches only: runs/ holds the models and the blessing history and is never
 # removed here. `make clean-runs` deletes it, and says so.
 clean:

@@ -37,8 +37,11 @@ NUM_WORKERS = 2
 SAMPLE_SECONDS = 0.2
 TIME_TARGET = 1.2  # per-example time at the larger size within 1.2x of the smaller
 RSS_TARGET = 1.3  # peak RSS per worker at the larger size within 1.3x of the smaller
-RUNNERS = ("direct",)
-RUNNER_LABELS = {"direct": "DirectRunner (in-process FnApiRunner)"}
+RUNNERS = ("direct", "dask")
+RUNNER_LABELS = {
+    "direct": "DirectRunner (in-process FnApiRunner)",
+    "dask": f"DaskRunner, {NUM_WORKERS} local workers",
+}
 MB = 1 << 20
 
 
@@ -175,7 +178,27 @@ def _no_cluster() -> Iterator[tuple[list[str], Callable[[], dict[int, str]]]]:
     yield ["--runner=DirectRunner"], dict
 
 
-CLUSTERS = {"direct": _no_cluster}
+@contextlib.contextmanager
+def _dask_cluster() -> Iterator[tuple[list[str], Callable[[], dict[int, str]]]]:
+    from preprocess import dask_cluster
+
+    with tempfile.TemporaryDirectory(prefix="bench-dask-") as state_dir:
+        state = dask_cluster.start(workers=NUM_WORKERS, state_dir=state_dir)
+        try:
+            processes = {state["scheduler_pid"]: "scheduler"}
+            processes |= {pid: "worker" for pid in state["worker_pids"]}
+            yield (
+                [
+                    "--runner=DaskRunner",
+                    f"--dask_client_address={state['address']}",
+                ],
+                lambda: processes,
+            )
+        finally:
+            dask_cluster.stop(state_dir)
+
+
+CLUSTERS = {"direct": _no_cluster, "dask": _dask_cluster}
 
 
 def measure(factor: int, runner: str) -> Measurement:

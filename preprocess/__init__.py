@@ -1,7 +1,18 @@
 """The preprocess stage: TFDS dataset → deterministic, balanced per-worker TFRecord shards."""
 
+from typing import Any
+
 from preprocess.config import PreprocessConfig
 from preprocess.errors import PreprocessError
-from preprocess.pipeline import run, run_preprocess
 
 __all__ = ["PreprocessConfig", "PreprocessError", "run", "run_preprocess"]
+
+
+def __getattr__(name: str) -> Any:
+    # The Beam job is imported on first use, so tools beside it (the Dask cluster command)
+    # start without loading Beam and TensorFlow.
+    if name in ("run", "run_preprocess"):
+        from preprocess import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'preprocess' has no attribute '{name}'")

@@ -15,6 +15,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from preprocess import shard_set
 
 CODE_PACKAGES = ("contract", "preprocess")
+# Run on each worker before an upload: distributed reloads only a package's __init__, so
+# submodules of an earlier upload would stay in sys.modules and run old code.
+FORGET_PROJECT_MODULES = (
+    "import sys\n"
+    f"for name in [n for n in sys.modules if n.split('.')[0] in {CODE_PACKAGES!r}]:\n"
+    "    del sys.modules[name]\n"
+)
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +68,7 @@ def prepare(beam_args: list[str], data_bytes: int, bucket_bytes: int) -> list[st
     workers = 1
     if address:
         with tempfile.TemporaryDirectory() as folder, Client(address, timeout=60) as client:
+            client.run(exec, FORGET_PROJECT_MODULES)  # a builtin: needs no project code
             client.upload_file(code_zip(folder))
             workers = max(1, len(client.scheduler_info()["workers"]))
             log.info("shipped %s to %d Dask workers at %s", CODE_PACKAGES, workers, address)

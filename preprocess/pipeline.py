@@ -63,6 +63,11 @@ def _make_pipeline(options: PipelineOptions) -> beam.Pipeline:
         from apache_beam.runners.portability.fn_api_runner import fn_runner
 
         return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)
+    if dask_support.is_dask(options):
+        # Beam knows the DaskRunner only by its full module path.
+        from apache_beam.runners.dask.dask_runner import DaskRunner
+
+        return beam.Pipeline(runner=DaskRunner(), options=options)
     return beam.Pipeline(options=options)
 
 

@@ -1,0 +1,108 @@
+"""The stage on a real Dask cluster (a scheduler and two worker processes on 127.0.0.1):
+byte-identical to the DirectRunner, with the project's code shipped to the workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from contract import layout
+from preprocess import dask_cluster, run_preprocess
+from tests import factories
+from tests.preprocess.test_stage import data_dir_of, file_bytes
+
+# Fields that name the run rather than its content.
+RUN_FIELDS = ("created_utc", "code_version")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two Dask workers and their scheduler; always stopped, also when the test fails."""
+    state_dir = str(tmp_path / "dask")
+    state = dask_cluster.start(workers=2, state_dir=state_dir)
+    try:
+        yield state
+    finally:
+        dask_cluster.stop(state_dir)
+    pids = [state["scheduler_pid"], *state["worker_pids"]]
+    assert not [p for p in pids if dask_cluster._alive_as_started(p, "")], "processes left"
+
+
+def comparable(data_dir: str) -> dict:
+    with open(os.path.join(data_dir, layout.MANIFEST_FILE)) as f:
+        doc = json.load(f)
+    for field in RUN_FIELDS:
+        doc.pop(field)
+    doc["parameters"].pop("output_root")
+    return doc
+
+
+def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster):
+    direct = make_config(output_root=make_config().output_root + "-direct", max_records_per_file=40)
+    on_dask = make_config(max_records_per_file=40)
+    run_preprocess(direct)
+    flags = [
+        f"--{name}={value}"
+        for name, value in dataclasses.asdict(on_dask).items()
+        if value is not None and not isinstance(value, bool)
+    ]
+    args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner",
+            f"--dask_client_address={cluster['address']}"]  # fmt: skip
+    result = subprocess.run(
+        args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = file_bytes(data_dir_of(direct)), file_bytes(data_dir_of(on_dask))
+    assert len(a) == 12 and a == b  # 4 workers x 2 files + 1 validation + 3 eval files
+    assert comparable(data_dir_of(direct)) == comparable(data_dir_of(on_dask))
+    # Nothing but the shard set was published: no buckets, temporary or Beam files.
+    published = sorted(
+        os.path.relpath(os.path.join(root, name), data_dir_of(on_dask))
+        for root, _, names in os.walk(data_dir_of(on_dask))
+        for name in names
+    )
+    assert published == sorted([*a, layout.MANIFEST_FILE])
+    assert sorted(os.listdir(os.path.dirname(data_dir_of(on_dask)))) == ["data"]
+    # The workers ran the code the client shipped, not a copy they found on their own.
+    from distributed import Client
+
+    with Client(cluster["address"], timeout=30) as client:
+        where = client.run(lambda: __import__("preprocess.transforms").transforms.__file__)
+    assert len(where) == 2
+    assert all(".zip" in path and "nightly_trainer_code_" in path for path in where.values())
+
+
+def test_cluster_command_starts_reports_and_stops_its_own_processes(tmp_path):
+    state_dir = str(tmp_path / "dask")
+    run = [sys.executable, "-m", "preprocess.dask_cluster"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*run, *args, "--state-dir", state_dir],
+            capture_output=True, text=True, timeout=180, cwd=factories.PROJECT_ROOT, env=env,
+        )  # fmt: skip
+
+    started = cli("start", "--workers", "2")
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        address = started.stdout.strip().splitlines()[-1]
+        assert address.startswith("tcp://127.0.0.1:")
+        status = cli("status")
+        assert status.stdout.strip() == f"{address} with 2 workers"
+        again = cli("start", "--workers", "2")
+        assert again.returncode == 1 and f"runs at {address}: stop it first" in again.stderr
+        with open(os.path.join(state_dir, dask_cluster.STATE_FILE)) as f:
+            pids = [json.load(f)["scheduler_pid"]]
+    finally:
+        stopped = cli("stop")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 3 processes")
+    assert not dask_cluster._alive_as_started(pids[0], "scheduler")  # gone (or a zombie)
+    assert cli("status").returncode == 1
+    bad = cli("start", "--workers", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --workers must be at least 1")
