@@ -251,11 +251,10 @@ class WriteFile(beam.DoFn):
 
     def process(self, task: CopyTask) -> Iterator[dict[str, Any]]:
         path, split, worker, pieces = task
-        digest = hashlib.sha256()
-        size = count = 0
+        written: dict[str, Any] = {}
 
         def write(temp: str) -> None:
-            nonlocal size, count
+            digest, size, count = hashlib.sha256(), 0, 0
             with tf.io.gfile.GFile(temp, "wb") as f:
                 f.write(b"")  # an empty file exists too (GFile creates on first write)
                 for bucket, first, end in pieces:
@@ -267,16 +266,11 @@ class WriteFile(beam.DoFn):
                     digest.update(chunk)
                     size += len(chunk)
                     count += end - first
+            # What the file that is renamed into place holds, whatever an earlier try wrote.
+            written.update(num_examples=count, sha256=digest.hexdigest(), size_bytes=size)
 
         write_file_atomic(layout.join(self._staging_dir, path), write)
-        yield {
-            "path": path,
-            "split": split,
-            "worker": worker,
-            "num_examples": count,
-            "sha256": digest.hexdigest(),
-            "size_bytes": size,
-        }
+        yield {"path": path, "split": split, "worker": worker, **written}
 
 
 class ShardSplits(beam.PTransform):

@@ -218,3 +218,33 @@ def test_staging_left_by_a_killed_run_is_removed_by_the_next_run(make_config):
     finally:
         shard_set.remove(live)
     assert sorted(os.listdir(os.path.dirname(data_dir))) == ["data"]
+
+
+def test_a_retried_write_leaves_no_partial_or_duplicate_file(make_config, monkeypatch):
+    from preprocess import transforms
+
+    atomic_write = transforms.write_file_atomic
+    attempts = collections.Counter()
+
+    def killed_once(path, write):
+        # The first attempt at each shard file dies after writing half of it under its
+        # temporary name, as a task on a worker that is killed does; the runner retries.
+        attempts[path] += 1
+        if attempts[path] == 1 and "_buckets" not in path:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(f"{path}.tmp-killed")
+            with open(f"{path}.tmp-killed", "r+b") as f:
+                f.truncate(os.path.getsize(f"{path}.tmp-killed") // 2)
+        atomic_write(path, write)
+
+    monkeypatch.setattr(transforms, "write_file_atomic", killed_once)
+    cfg = make_config()
+    doc = run_preprocess(cfg)
+    data_dir = data_dir_of(cfg)
+    on_disk = sorted(
+        os.path.relpath(os.path.join(root, name), data_dir)
+        for root, _, names in os.walk(data_dir)
+        for name in names
+    )
+    assert on_disk == sorted([f["path"] for f in doc["files"]] + [layout.MANIFEST_FILE])
+    assert manifest.verify(data_dir) == doc
