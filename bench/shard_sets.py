@@ -60,10 +60,20 @@ def write_shard_set(
     per_worker: int = 256,
     num_validation: int = 200,
     num_eval: int = 300,
+    source_images: int | None = None,
 ) -> dict[str, Any]:
-    """Writes a contract-conforming shard set of real Fashion-MNIST images; returns its manifest."""
+    """Writes a contract-conforming shard set of real Fashion-MNIST images; returns its manifest.
+
+    `source_images` (at most 60,000) real images are repeated as often as the train and
+    validation examples need: a shard set larger than Fashion-MNIST itself.
+    """
     n_train = per_worker * num_workers
-    images, labels = fashion_mnist_arrays("train", n_train + num_validation)
+    wanted = n_train + num_validation
+    images, labels = fashion_mnist_arrays("train", min(wanted, source_images or wanted))
+    if len(labels) < wanted:
+        repeats = -(-wanted // len(labels))
+        images = np.concatenate([images] * repeats)[:wanted]
+        labels = np.concatenate([labels] * repeats)[:wanted]
     eval_images, eval_labels = fashion_mnist_arrays("test", num_eval)
     files = []
     for worker in range(num_workers):

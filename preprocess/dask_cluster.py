@@ -26,6 +26,7 @@ from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 
 STATE_FILE = "cluster.json"
 DEFAULT_STATE_DIR = ".cache/dask"
+DEFAULT_MEMORY_LIMIT = "2GiB"  # per worker
 
 
 class ClusterError(Exception):
@@ -68,9 +69,17 @@ def _scheduler_workers(address: str, timeout: float) -> int:
 
 
 def start(
-    workers: int, state_dir: str, port: int = 0, threads: int = 1, timeout: float = 120.0
+    workers: int,
+    state_dir: str,
+    port: int = 0,
+    threads: int = 1,
+    timeout: float = 120.0,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
 ) -> dict[str, Any]:
     """Starts a scheduler and `workers` worker processes; returns the recorded state.
+
+    Each worker spills task results to its local folder beyond 60-70% of `memory_limit`
+    (Dask's defaults), which is what keeps a worker's memory flat as the data grows.
 
     Raises:
         ClusterError: a cluster recorded in `state_dir` still runs, or the cluster did not
@@ -116,7 +125,7 @@ def start(
                 [*_dask_command(), "worker", address, "--nworkers", "1",
                  "--nthreads", str(threads), "--host", "127.0.0.1", "--dashboard-address", ":0",
                  "--local-directory", os.path.join(state_dir, f"worker-{i}"),
-                 "--name", f"worker-{i}"],
+                 "--name", f"worker-{i}", "--memory-limit", memory_limit],
                 f"worker-{i}",
             )  # fmt: skip
             state["worker_pids"].append(worker.pid)
@@ -180,11 +189,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes to start")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker")
     parser.add_argument("--port", type=int, default=0, help="scheduler port (0: a free one)")
+    parser.add_argument(
+        "--memory-limit",
+        default=DEFAULT_MEMORY_LIMIT,
+        help="per worker; beyond 60-70%% of it a worker spills to disk",
+    )
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="pids, logs, addresses")
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            state = start(args.workers, args.state_dir, args.port, args.threads)
+            state = start(
+                args.workers, args.state_dir, args.port, args.threads,
+                memory_limit=args.memory_limit,
+            )  # fmt: skip
             print(state["address"])
         elif args.command == "stop":
             print(f"stopped {len(stop(args.state_dir))} processes")

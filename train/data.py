@@ -68,14 +68,16 @@ def input_plan(
     shard_manifest: dict[str, Any], worker: int, per_worker_batch_size: int, budget_mb: int
 ) -> InputPlan:
     """Memory when the worker's files (their manifest `size_bytes`) fit `budget_mb`, else a
-    stream whose shuffle window holds about `budget_mb` of records (at least one batch)."""
+    stream whose shuffle window holds about half of `budget_mb` of records (at least one
+    batch): shuffling holds a window twice."""
     entries = manifest.file_entries(shard_manifest, layout.TRAIN_SPLIT, worker)
     size = sum(int(entry["size_bytes"]) for entry in entries)
     count = max(1, sum(int(entry["num_examples"]) for entry in entries))
     budget = budget_mb * (1 << 20)
     if size <= budget:
         return InputPlan(in_memory=True, window=count)
-    window = max(per_worker_batch_size, min(count, budget // max(1, size // count)))
+    # A window is held twice while it is shuffled (the records and their permutation).
+    window = max(per_worker_batch_size, min(count, budget // 2 // max(1, size // count)))
     return InputPlan(in_memory=False, window=window)
 
 
