@@ -158,6 +158,25 @@ def test_full_run_writes_every_artefact(runner, first_run):
     assert not (run / run_lock.LOCK_FILE).exists()
 
 
+def test_terminal_shows_stages_epochs_and_the_verdict(first_run):
+    result, _ = first_run
+    lines = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    for stage in ("preprocess", "train", "evaluate"):
+        assert any(line.startswith(f"[{stage}] started ") for line in lines), stage
+        assert any(line.startswith(f"[{stage}] done in ") for line in lines), stage
+    (epoch,) = [line for line in lines if line.startswith("[train] epoch ")]
+    assert epoch.startswith("[train] epoch 1/1 loss ")
+    for field in (" acc ", " val_loss ", " val_acc ", " lr ", " ex/s", " ETA 0s"):
+        assert field in epoch, (field, epoch)
+    (verdict,) = [line for line in lines if line.startswith("[evaluate] accuracy ")]
+    assert " blessed" in verdict
+    order = [
+        next(i for i, x in enumerate(lines) if x.startswith(p))
+        for p in ("[preprocess] started", "[train] started", "[train] epoch", "[evaluate] accuracy")
+    ]
+    assert order == sorted(order)
+
+
 def test_second_run_does_nothing(runner, first_run):
     _, before = first_run
     result = runner.run()
