@@ -58,6 +58,22 @@ class Train(RunTask):
         description="Seeds weight initialisation, the input order and dropout: the same seed, "
         "worker count and machine give the same model. Falls back to [Preprocess] seed.",
     )
+    augment = luigi.ChoiceParameter(
+        default="off",
+        choices=["off", "flip-shift"],
+        description="On-the-fly augmentation of training batches (seeded; validation and "
+        "evaluation never): random horizontal flips and shifts of up to 2 pixels.",
+    )
+    lr_schedule = luigi.ChoiceParameter(
+        default="plateau",
+        choices=["plateau", "cosine"],
+        description="plateau: halve the rate when val_loss stalls; cosine: warm up over "
+        "warmup_epochs, then decay to 0 at the last epoch.",
+    )
+    warmup_epochs = luigi.IntParameter(default=0, description="Warm-up epochs of cosine.")
+    label_smoothing = luigi.FloatParameter(
+        default=0.0, description="Label smoothing of the training loss, in [0, 1)."
+    )
     max_restarts = luigi.IntParameter(
         default=2,
         description="Times the whole cluster is restarted (resuming from the backup) after a "
@@ -93,6 +109,10 @@ class Train(RunTask):
             "threads_per_worker": self.threads_per_worker,
             "collective_timeout_seconds": repr(self.collective_timeout_seconds),
             "seed": self.seed,
+            "augment": self.augment,
+            "lr_schedule": self.lr_schedule,
+            "warmup_epochs": self.warmup_epochs,
+            "label_smoothing": repr(self.label_smoothing),
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
         }

@@ -49,6 +49,10 @@ SHAPING_SETTINGS = (
     "reduce_lr_patience",
     "reduce_lr_factor",
     "seed",
+    "augment",
+    "lr_schedule",
+    "warmup_epochs",
+    "label_smoothing",
 )
 # Test-only: "<first save>:<failures>:<errno name>" makes the chief's next <failures> writes
 # to the backup folder, from save number <first save> (1-based) on, fail with that OSError,

@@ -7,6 +7,9 @@ from typing import Any
 
 from contract import atomic
 
+AUGMENTATIONS = ("off", "flip-shift")
+LR_SCHEDULES = ("plateau", "cosine")
+
 
 class ConfigError(ValueError):
     """A training setting is out of range or unknown."""
@@ -34,6 +37,14 @@ class TrainConfig:
     threads_per_worker: int = 1
     # A worker's train files are held in memory when they fit this, else streamed.
     input_memory_budget_mb: int = 1024
+    # On-the-fly augmentation of training batches only: "off", or "flip-shift" (random
+    # horizontal flips and shifts of up to AUGMENT_SHIFT pixels), seeded like the input order.
+    augment: str = "off"
+    # "plateau" (ReduceLROnPlateau on val_loss) or "cosine" (linear warm-up over
+    # warmup_epochs, then cosine decay to 0 at the last epoch's end).
+    lr_schedule: str = "plateau"
+    warmup_epochs: int = 0
+    label_smoothing: float = 0.0
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -55,6 +66,20 @@ class TrainConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or more, got {getattr(self, name)}")
+        if self.augment not in AUGMENTATIONS:
+            raise ConfigError(
+                f"augment must be one of {', '.join(AUGMENTATIONS)}, got {self.augment!r}"
+            )
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"
+            )
+        if not 0 <= self.warmup_epochs < self.epochs:
+            raise ConfigError(
+                f"warmup_epochs must be in [0, epochs={self.epochs}), got {self.warmup_epochs}"
+            )
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
         if not self.collective_timeout_seconds > 0:

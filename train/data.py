@@ -12,6 +12,8 @@ from contract import layout, manifest, records
 from train.config import TrainConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
+AUGMENT_SHIFT = 2  # pixels, each way
+_AUGMENT_STREAM = 1 << 30  # folded into an epoch's key for its augmentation keys
 DEFAULT_MEMORY_BUDGET_MB = TrainConfig.input_memory_budget_mb
 
 
@@ -148,6 +150,7 @@ def train_dataset(
     start_epoch: int = 0,
     start_step: int = 0,
     memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
+    augment: str = "off",
 ) -> tf.data.Dataset:
     """One worker's train examples from (start_epoch, start_step) on, endlessly, parsed.
 
@@ -158,6 +161,9 @@ def train_dataset(
     the budget. Either way each epoch leaves out a different remainder of
     `examples % batch`, and a resume at (epoch, step) skips that epoch's first `step`
     batches, so it feeds exactly the batches an uninterrupted run would.
+
+    `augment="flip-shift"` flips and shifts each image of a batch at random, with a key that
+    is a function of (seed, worker, epoch, batch index): resumed runs augment alike too.
     """
     steps = steps_per_epoch(shard_manifest, per_worker_batch_size)
     plan = input_plan(shard_manifest, worker, per_worker_batch_size, memory_budget_mb)
@@ -174,14 +180,64 @@ def train_dataset(
         epoch_batches = _streamed_batches(
             files, seed, worker, steps, per_worker_batch_size, plan.window
         )
-    dataset = (
-        tf.data.Dataset.counter(start_epoch)
-        .flat_map(epoch_batches)
-        .skip(start_step)
-        .map(_parse(shard_manifest["image_shape"]), num_parallel_calls=AUTOTUNE)
-        .prefetch(AUTOTUNE)
+    parse = _parse(shard_manifest["image_shape"])
+    if augment == "off":
+        dataset = (
+            tf.data.Dataset.counter(start_epoch)
+            .flat_map(epoch_batches)
+            .skip(start_step)
+            .map(parse, num_parallel_calls=AUTOTUNE)
+        )
+    else:
+
+        def keyed_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+            stream = tf.random.experimental.stateless_fold_in(
+                epoch_key(seed, worker, epoch), _AUGMENT_STREAM
+            )
+            return (
+                epoch_batches(epoch)
+                .enumerate()
+                .map(lambda i, b: (b, tf.random.experimental.stateless_fold_in(stream, i)))
+            )
+
+        def parse_and_augment(batch: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            images, labels = parse(batch)
+            return flip_shift(images, key, AUGMENT_SHIFT), labels
+
+        dataset = (
+            tf.data.Dataset.counter(start_epoch)
+            .flat_map(keyed_batches)
+            .skip(start_step)
+            .map(parse_and_augment, num_parallel_calls=AUTOTUNE)
+        )
+    return _no_auto_shard(dataset.prefetch(AUTOTUNE))
+
+
+def flip_shift(images: tf.Tensor, key: tf.Tensor, max_shift: int) -> tf.Tensor:
+    """Each image of a [N, H, W, C] batch flipped left-right with probability 1/2 and shifted
+    by whole pixels in [-max_shift, max_shift] each way (zeros fill in), all drawn from `key`."""
+    keys = tf.random.experimental.stateless_split(key, 2)
+    images = tf.image.stateless_random_flip_left_right(images, keys[0])
+    n = tf.shape(images)[0]
+    shifts = tf.cast(
+        tf.random.stateless_uniform(
+            [n, 2], keys[1], minval=-max_shift, maxval=max_shift + 1, dtype=tf.int32
+        ),
+        tf.float32,
     )
-    return _no_auto_shard(dataset)
+    ones, zeros = tf.ones([n, 1]), tf.zeros([n, 1])
+    # Output pixel (x, y) takes input pixel (x + dx, y + dy).
+    transforms = tf.concat(
+        [ones, zeros, shifts[:, :1], zeros, ones, shifts[:, 1:], zeros, zeros], axis=1
+    )
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images,
+        transforms=transforms,
+        output_shape=tf.shape(images)[1:3],
+        fill_value=0.0,
+        interpolation="NEAREST",
+        fill_mode="CONSTANT",
+    )
 
 
 def validation_dataset(

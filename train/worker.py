@@ -56,6 +56,46 @@ def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, An
     return shard_manifest
 
 
+def learning_rate(config: TrainConfig, steps_per_epoch: int) -> Any:
+    """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule, a
+    function of the optimizer's step (restored with the backup, so a resume stays exact)."""
+    if config.lr_schedule != "cosine":
+        return config.learning_rate
+    warmup = config.warmup_epochs * steps_per_epoch
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if warmup else config.learning_rate,
+        decay_steps=max(1, config.epochs * steps_per_epoch - warmup),
+        warmup_target=config.learning_rate if warmup else None,
+        warmup_steps=warmup,
+    )
+
+
+class SmoothedSparseCrossentropy(keras.losses.Loss):
+    """Cross-entropy of integer labels against targets moved `smoothing` towards uniform."""
+
+    def __init__(self, num_classes: int, smoothing: float, **kwargs: Any) -> None:
+        super().__init__(name=kwargs.pop("name", "smoothed_crossentropy"), **kwargs)
+        self.num_classes = num_classes
+        self.smoothing = smoothing
+
+    def call(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+        one_hot = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), self.num_classes)
+        return keras.losses.categorical_crossentropy(
+            one_hot, probabilities, label_smoothing=self.smoothing
+        )
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "num_classes": self.num_classes,
+                "smoothing": self.smoothing}  # fmt: skip
+
+
+def loss(config: TrainConfig, num_classes: int) -> keras.losses.Loss:
+    """Cross-entropy on integer labels, smoothed when `label_smoothing` > 0."""
+    if config.label_smoothing <= 0:
+        return keras.losses.SparseCategoricalCrossentropy()
+    return SmoothedSparseCrossentropy(num_classes, config.label_smoothing)
+
+
 def build_trainer(
     config: TrainConfig, shard_manifest: dict[str, Any], strategy: tf.distribute.Strategy
 ) -> tuple[keras.Model, Trainer]:
@@ -69,8 +109,12 @@ def build_trainer(
             cluster.timed_collectives(config.collective_timeout_seconds),
         )
         trainer.compile(
-            optimizer=keras.optimizers.Adam(config.learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(),
+            optimizer=keras.optimizers.Adam(
+                learning_rate(
+                    config, data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
+                )
+            ),
+            loss=loss(config, shard_manifest["num_classes"]),
             metrics=["accuracy"],
         )
         trainer.build((None, *image_shape))
@@ -102,7 +146,7 @@ def callback_stack(
     ]
     if config.early_stopping_patience > 0:
         stack.append(resumable.ResumableEarlyStopping(state, config.early_stopping_patience))
-    if config.reduce_lr_patience > 0:
+    if config.reduce_lr_patience > 0 and config.lr_schedule == "plateau":
         stack.append(
             resumable.ResumablePlateau(state, config.reduce_lr_patience, config.reduce_lr_factor)
         )
@@ -238,6 +282,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 start_epoch,
                 start_step,
                 config.input_memory_budget_mb,
+                config.augment,
             )
 
         validation = ExactValidation(

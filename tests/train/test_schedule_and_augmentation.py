@@ -1,0 +1,120 @@
+"""Augmentation (training batches only, seeded), the cosine schedule and label smoothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.train.conftest import write_small_shard_set
+from train import data, worker
+from train.config import ConfigError, TrainConfig
+
+BATCH = 48
+
+
+@pytest.fixture(scope="module")
+def shard_set(tmp_path_factory) -> tuple[str, dict]:
+    data_dir = str(tmp_path_factory.mktemp("shards"))
+    return data_dir, write_small_shard_set(data_dir, num_workers=1)
+
+
+def batches(shard_set, count: int, augment: str, seed: int = 5, start_epoch=0, start_step=0):
+    data_dir, doc = shard_set
+    dataset = data.train_dataset(
+        data_dir, doc, 0, BATCH, seed=seed, start_epoch=start_epoch, start_step=start_step,
+        augment=augment,
+    )  # fmt: skip
+    return [(x.numpy(), y.numpy()) for x, y in dataset.take(count)]
+
+
+def variants(image: np.ndarray, shift: int) -> list[np.ndarray]:
+    """Every flip and whole-pixel shift of one HxWxC image, zeros filling in."""
+    out = []
+    h, w = image.shape[:2]
+    for flipped in (image, image[:, ::-1]):
+        padded = np.pad(flipped, ((shift, shift), (shift, shift), (0, 0)))
+        for dy in range(-shift, shift + 1):
+            for dx in range(-shift, shift + 1):
+                out.append(padded[shift + dy : shift + dy + h, shift + dx : shift + dx + w])
+    return out
+
+
+def test_augmented_batches_are_flips_and_shifts_of_the_same_examples(shard_set):
+    plain = batches(shard_set, 3, "off")
+    augmented = batches(shard_set, 3, "flip-shift")
+    changed = 0
+    for (x, y), (ax, ay) in zip(plain, augmented, strict=True):
+        assert np.array_equal(y, ay)  # same examples, same order: only the pixels change
+        for image, out in zip(x, ax, strict=True):
+            assert any(np.array_equal(out, v) for v in variants(image, data.AUGMENT_SHIFT))
+            changed += not np.array_equal(out, image)
+    assert changed > 0.8 * 3 * BATCH  # 1 in 50 draws is the identity
+
+
+def test_augmentation_is_seeded_and_resumes_exactly(shard_set):
+    steps = data.steps_per_epoch(shard_set[1], BATCH)
+    whole = batches(shard_set, 2 * steps, "flip-shift")
+    again = batches(shard_set, 2 * steps, "flip-shift")
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(whole, again, strict=True))
+    resumed = batches(shard_set, steps - 2, "flip-shift", start_epoch=1, start_step=2)
+    for a, b in zip(whole[steps + 2 :], resumed, strict=True):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    other = batches(shard_set, 1, "flip-shift", seed=6)
+    assert not np.array_equal(other[0][0], whole[0][0])
+
+
+def test_validation_batches_are_never_augmented(shard_set):
+    data_dir, doc = shard_set
+    records = tf.data.TFRecordDataset(
+        [f"{data_dir}/{f['path']}" for f in doc["files"] if f["split"] == "validation"]
+    )
+    raw = np.concatenate(
+        [x.numpy() for x, _ in records.batch(64).map(data._parse(doc["image_shape"]))]
+    )
+    seen = np.concatenate([x.numpy() for x, _ in data.validation_dataset(data_dir, doc, 0, 1, 64)])
+    assert np.array_equal(raw, seen)
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero():
+    config = TrainConfig(
+        data_dir="d", train_dir="t", epochs=10, learning_rate=0.004, lr_schedule="cosine",
+        warmup_epochs=2,
+    )  # fmt: skip
+    schedule = worker.learning_rate(config, steps_per_epoch=100)
+    rate = {step: float(schedule(step)) for step in (0, 100, 200, 600, 1000)}
+    assert rate[0] == 0.0
+    assert rate[100] == pytest.approx(0.002)  # half-way through the warm-up
+    assert rate[200] == pytest.approx(0.004)  # the peak, then cosine over 800 steps
+    assert rate[600] == pytest.approx(0.002, rel=1e-5)  # cos(pi / 2): half the peak
+    assert rate[1000] == pytest.approx(0.0, abs=1e-9)
+    assert worker.learning_rate(TrainConfig(data_dir="d", train_dir="t"), 100) == 3e-3
+
+
+def test_label_smoothing_moves_the_target_towards_uniform():
+    probabilities = tf.constant([[0.7, 0.2, 0.1]])
+    labels = tf.constant([0])
+    plain = worker.loss(TrainConfig(data_dir="d", train_dir="t"), 3)(labels, probabilities)
+    smoothed = worker.loss(TrainConfig(data_dir="d", train_dir="t", label_smoothing=0.3), 3)(
+        labels, probabilities
+    )
+    target = np.array([0.7 + 0.1, 0.1, 0.1])  # 0.3 spread over 3 classes
+    expected = -np.sum(target * np.log([0.7, 0.2, 0.1]))
+    assert float(plain) == pytest.approx(-np.log(0.7), rel=1e-5)
+    assert float(smoothed) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"augment": "mixup"}, "augment must be one of off, flip-shift"),
+        ({"lr_schedule": "step"}, "lr_schedule must be one of plateau, cosine"),
+        ({"warmup_epochs": 15}, "warmup_epochs must be in [0, epochs=15)"),
+        ({"label_smoothing": 1.0}, "label_smoothing must be in [0, 1)"),
+    ],
+)
+def test_bad_settings_are_named(overrides, message):
+    with pytest.raises(
+        ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
+    ):
+        TrainConfig(data_dir="d", train_dir="t", **overrides).check()
