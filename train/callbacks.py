@@ -97,6 +97,8 @@ class RunRecorder(keras.callbacks.Callback):
         self.chief = chief
         self.epochs = epochs
         self.global_batch_size = global_batch_size
+        self.train_ended_at = time.perf_counter()
+        self.fit_return_seconds = 0.0  # stays 0 when the backup held a finished run
         self.initial_epoch: int | None = None
         self.initial_step: int | None = None
         self.steps_executed = 0
@@ -140,6 +142,7 @@ class RunRecorder(keras.callbacks.Callback):
             print(progress_line({**progress, "examples_per_second": rate}), flush=True)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self.train_ended_at = time.perf_counter()
         log.info(
             "END steps_executed=%d final_step=%d",
             self.steps_executed,

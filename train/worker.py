@@ -309,6 +309,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
             callbacks=callback_stack(config, info, parts, steps),
             verbose=0,
         )
+        # What fit spends after its last callback (tearing down its input iterators).
+        recorder.fit_return_seconds = time.perf_counter() - recorder.train_ended_at
+        log.info("fit returned %.2f s after training ended", recorder.fit_return_seconds)
     callbacks.die_if_at(fault, "trained")
     if state.best_epoch >= 0:
         best_weights.apply(core)
@@ -323,6 +326,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         "steps_trained_total": callbacks.current_step(trainer),
         "steps_per_epoch": steps,
         "examples_per_second": recorder.examples_per_second(),
+        "fit_return_seconds": recorder.fit_return_seconds,
         "wall_time_seconds": time.perf_counter() - started,
         "num_workers": info.num_workers,
         "global_batch_size": global_batch,

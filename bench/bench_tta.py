@@ -1,0 +1,171 @@
+"""Time to accuracy: the Train stage with 2 workers vs a plain single-process Keras script.
+
+Both train the shipped `cnn` on the same 54,000 Fashion-MNIST training images (global batch
+512, Adam at the shipped learning rate) and are timed from their process's start until the
+first epoch whose validation accuracy (the same 6,000 held-out images) reaches TARGET. The
+plain script is what a user would write: numpy arrays into `model.fit(validation_data=...)`,
+one process using both cores. The stage is `python -m train launch --num-workers 2
+--threads-per-worker 1`, timed to the epoch line it prints; it is stopped there.
+
+`python -m bench tta` runs it alone (about 10-20 minutes on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.result import Result
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = 0.91  # validation accuracy
+MAX_EPOCHS = 20
+PER_WORKER = 27000  # 2 workers: 54k train examples, as preprocess leaves them by default
+NUM_VALIDATION = 6000
+GLOBAL_BATCH = 512
+LEARNING_RATE = 0.003
+GOAL = 1 / 1.15  # the stage within 1.15x of the plain script's time
+_PROCESS_START = time.perf_counter()  # the plain script's clock starts with its process
+
+
+def _env(threads: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": PROJECT_ROOT,
+        "OMP_NUM_THREADS": str(threads),
+    }
+
+
+def plain_keras_seconds_to_target() -> tuple[float, int]:
+    """In this process: the user's script. Returns (seconds to TARGET, epochs it took)."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from bench.shard_sets import fashion_mnist_arrays
+    from train import models
+
+    started = _PROCESS_START
+    tf.config.threading.set_intra_op_parallelism_threads(2)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    images, labels = fashion_mnist_arrays("train", 2 * PER_WORKER + NUM_VALIDATION)
+    images = images.astype(np.float32)
+    train_x, val_x = images[: 2 * PER_WORKER], images[2 * PER_WORKER :]
+    train_y, val_y = labels[: 2 * PER_WORKER], labels[2 * PER_WORKER :]
+    model = models.build("cnn", [28, 28, 1], 10)
+    model.compile(
+        optimizer=keras.optimizers.Adam(LEARNING_RATE),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    reached: list[tuple[float, int]] = []
+
+    class StopAtTarget(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            if (logs or {}).get("val_accuracy", 0.0) >= TARGET:
+                reached.append((time.perf_counter() - started, epoch + 1))
+                self.model.stop_training = True
+
+    model.fit(
+        train_x,
+        train_y,
+        batch_size=GLOBAL_BATCH,
+        epochs=MAX_EPOCHS,
+        validation_data=(val_x, val_y),
+        callbacks=[StopAtTarget()],
+        verbose=0,
+    )
+    if not reached:
+        raise RuntimeError(f"the plain script never reached {TARGET} in {MAX_EPOCHS} epochs")
+    return reached[0]
+
+
+def stage_seconds_to_target(data_dir: str, train_dir: str) -> tuple[float, int]:
+    """The Train stage, 2 workers x 1 thread, timed to its first epoch line at TARGET."""
+    from contract.messages import parse_progress
+
+    settings = {
+        "data_dir": data_dir,
+        "train_dir": train_dir,
+        "model": "cnn",
+        "epochs": MAX_EPOCHS,
+        "per_worker_batch_size": GLOBAL_BATCH // 2,
+        "learning_rate": LEARNING_RATE,
+        "threads_per_worker": 1,
+        "early_stopping_patience": 0,
+        "reduce_lr_patience": 0,
+        "num_workers": 2,
+        "max_restarts": 0,
+    }
+    argv = [sys.executable, "-m", "train", "launch"]
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        argv,
+        cwd=PROJECT_ROOT,
+        env=_env(1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # stopped with its workers at the target
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            progress = parse_progress(line.strip())
+            if progress and progress.get("val_accuracy", 0.0) >= TARGET:
+                return time.perf_counter() - started, int(progress["epoch"])
+        raise RuntimeError(f"the Train stage never reached {TARGET} (exit {process.wait()})")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def run() -> list[Result]:
+    from bench.shard_sets import write_shard_set
+
+    with tempfile.TemporaryDirectory(prefix="bench-tta-") as tmp:
+        data_dir = os.path.join(tmp, "data")
+        write_shard_set(
+            data_dir, num_workers=2, per_worker=PER_WORKER, num_validation=NUM_VALIDATION
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.bench_tta"],
+            cwd=PROJECT_ROOT,
+            env=_env(2),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        plain_seconds, plain_epochs = float(out[-2]), int(out[-1])
+        stage_seconds, stage_epochs = stage_seconds_to_target(data_dir, os.path.join(tmp, "t"))
+    return [
+        Result(
+            benchmark=f"time to {TARGET} validation accuracy (cnn, 54k train, global batch 512)",
+            candidate="Train stage, 2 workers x 1 thread",
+            baseline="plain Keras script, 1 process x 2 threads",
+            candidate_value=stage_seconds,
+            baseline_value=plain_seconds,
+            unit="s",
+            target_ratio=GOAL,
+            higher_is_better=False,
+            notes=(
+                f"stage reached it at epoch {stage_epochs} in {stage_seconds:.0f} s, the plain "
+                f"script at epoch {plain_epochs} in {plain_seconds:.0f} s; both timed from "
+                "process start (imports, data loading, cluster start-up included)"
+            ),
+        )
+    ]
+
+
+if __name__ == "__main__":
+    seconds, epochs = plain_keras_seconds_to_target()
+    print(f"{seconds} {epochs}")
