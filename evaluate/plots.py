@@ -1,7 +1,8 @@
-"""The stage's pictures: the confusion matrix and the training curves, drawn by matplotlib."""
+"""The stage's pictures: confusion matrix, training curves and the nightly trend, by matplotlib."""
 
 from __future__ import annotations
 
+import datetime
 import io
 from typing import Any
 
@@ -9,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: nightly runs have no display
 
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -16,6 +18,9 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from sklearn.metrics import ConfusionMatrixDisplay  # noqa: E402
 
 from contract import atomic  # noqa: E402
+
+# (blessed?, label, marker, colour) of the trend plot's points.
+_TREND_MARKS = ((True, "blessed", "o", "#1a7f37"), (False, "not blessed", "X", "#cf222e"))
 
 
 def _save_png(figure: Figure, path: str) -> None:
@@ -63,4 +68,45 @@ def write_training_curves(history: dict[str, Any], path: str) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     figure.suptitle("Training curves (chief's history)")
+    _save_png(figure, path)
+
+
+def write_trend(dates: list[str], accuracies: list[float], blessed: list[bool], path: str) -> None:
+    """Draws eval accuracy over nights, blessed nights marked apart from the others.
+
+    Args:
+        dates: the nights, `YYYY-MM-DD`, oldest first.
+        accuracies: each night's eval accuracy.
+        blessed: whether each night was blessed.
+        path: where the PNG goes.
+    """
+    # Real dates on the axis, so a missing night shows as a gap rather than a neighbour.
+    days = mdates.date2num([datetime.date.fromisoformat(d) for d in dates])
+    figure, axes = plt.subplots(figsize=(9, 4), layout="constrained")
+    axes.plot(days, accuracies, color="0.6", zorder=1)
+    for wanted, label, marker, colour in _TREND_MARKS:
+        picked = [i for i, b in enumerate(blessed) if b is wanted]
+        if picked:
+            axes.scatter(
+                days[picked],
+                np.asarray(accuracies)[picked],
+                s=70,
+                marker=marker,
+                color=colour,
+                label=label,
+                zorder=2,
+            )
+    if not dates:
+        axes.text(0.5, 0.5, "no evaluated nights yet", ha="center", transform=axes.transAxes)
+    axes.set_title("Eval accuracy per night")
+    axes.set_ylabel("accuracy")
+    axes.grid(True, alpha=0.3)
+    if len(dates) <= 12:
+        axes.set_xticks(days, labels=dates)  # a tick per night, none between
+    else:
+        axes.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=12))
+        axes.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    axes.tick_params(axis="x", labelrotation=30)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend()
     _save_png(figure, path)

@@ -1,8 +1,9 @@
 """`run(config)`: evaluate the chief's final model on the whole eval split and bless it or not.
 
-Writes into `<output_root>/<date>/evaluate/`: the pictures, report.md, blessing.json and, last
-and atomically, metrics.json (the stage's completion marker). A blessed run also moves the
-`<output_root>/latest.json` pointer to its model.
+Writes into `<output_root>/<date>/evaluate/`: the pictures, report.md, report.html,
+blessing.json and, last and atomically, metrics.json (the stage's completion marker). A blessed
+run also moves the `<output_root>/latest.json` pointer to its model. Then it rewrites the
+nightly trend page, `<output_root>/index.html` (evaluate.trend).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, layout, manifest, pointer
-from evaluate import blessing, data, plots, report, scoring
+from evaluate import blessing, data, plots, report, report_page, scoring, trend
 from evaluate.config import EvaluateConfig
 
 logger = logging.getLogger(__name__)
@@ -108,10 +109,18 @@ def _comparable_baseline(
 def _write_verdict(
     config: EvaluateConfig, metrics: dict[str, Any], verdict: dict[str, Any]
 ) -> None:
-    """Writes report.md and blessing.json for this verdict."""
+    """Writes report.md, report.html (pictures embedded) and blessing.json for this verdict."""
     out = config.evaluate_dir
     atomic.write_bytes_atomic(
         layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
+    )
+    pictures = {}
+    for name in (report.CONFUSION_MATRIX_PNG, report.TRAINING_CURVES_PNG):
+        with tf.io.gfile.GFile(layout.join(out, name), "rb") as f:
+            pictures[name] = f.read()
+    atomic.write_bytes_atomic(
+        layout.join(out, report_page.REPORT_HTML_FILE),
+        report_page.render(metrics, verdict, pictures).encode(),
     )
     atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
 
@@ -214,4 +223,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
     # Last: its presence is what marks the stage complete.
     atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
+    # After the marker, so the page has this night's row; under the pointer's lock again, so
+    # an evaluation of another date running at the same time cannot drop it.
+    trend.update_page(config.output_root)
     return metrics

@@ -1,0 +1,285 @@
+"""The nightly trend page: `<output_root>/index.html`, one row per evaluated night, and its plot.
+
+A night is a `<output_root>/<YYYY-MM-DD>/` folder whose `evaluate/metrics.json` (the evaluate
+stage's completion marker) exists. Only the current evaluation lives there: a forced rerun
+moves the old one into `<date>/superseded/`, which is never read, so a superseded evaluation is
+never shown as current. Rows and plot points go by date, in whatever order nights were
+evaluated (backfills included). Every link is relative, so the folder can be moved or copied.
+
+Every evaluation rewrites the page and `trend.png` (`update_page`), each atomically, under the
+latest pointer's lock: two dates evaluated at once each write their metrics.json first and
+then regenerate in turn, so the last page written has both rows.
+`python -m evaluate.trend --output-root runs` rewrites them by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import html
+import logging
+import re
+import string
+import sys
+from typing import Any
+
+import tensorflow as tf
+
+from contract import atomic, layout, pointer
+from evaluate import plots, report, report_page
+
+logger = logging.getLogger(__name__)
+
+INDEX_FILE = "index.html"
+TREND_PNG = "trend.png"
+_DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+# (label, file in `<date>/evaluate/`) of each night's links; a file that is not there (a
+# night evaluated before report.html existed) gets no link.
+_LINKS = (
+    ("report", report_page.REPORT_HTML_FILE),
+    ("metrics", layout.METRICS_FILE),
+    ("confusion matrix", report.CONFUSION_MATRIX_PNG),
+    ("training curves", report.TRAINING_CURVES_PNG),
+)
+
+_PAGE = string.Template(
+    """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Nightly runs</title>
+<style>
+body { font-family: sans-serif; margin: 2em; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; vertical-align: top; }
+td.number { text-align: right; }
+td ul { margin: 0; padding-left: 1.2em; }
+.blessed { color: #1a7f37; } .not-blessed { color: #cf222e; }
+.latest { background: #ddf4ff; border-radius: 0.3em; padding: 0 0.3em; }
+img { max-width: 100%; }
+</style>
+</head>
+<body>
+<h1>Nightly runs</h1>
+<p>$summary</p>
+<img id="trend" alt="eval accuracy per night, blessed nights marked" src="$trend_png">
+<table id="nights">
+<thead>
+<tr><th>date</th><th>accuracy</th><th>loss</th><th>blessed</th><th>why</th>
+<th>training time</th><th>epochs</th><th>workers</th><th>files</th></tr>
+</thead>
+<tbody>
+$rows
+</tbody>
+</table>
+<p>Page written $updated (UTC) by the evaluate stage.</p>
+</body>
+</html>
+"""
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Night:
+    """One evaluated night as the page shows it.
+
+    Attributes:
+        date: the night, `YYYY-MM-DD`.
+        accuracy: eval accuracy, from metrics.json.
+        loss: eval loss, from metrics.json.
+        blessed: the verdict, from blessing.json.
+        reasons: why, in plain language, from blessing.json.
+        training_seconds: the chief's training wall time (train/history.json), or None.
+        epochs: epochs trained, or None.
+        num_workers: training workers, or None.
+        links: (label, path relative to the output root) of the night's files.
+        latest: whether `latest.json` points at this night.
+    """
+
+    date: str
+    accuracy: float
+    loss: float
+    blessed: bool
+    reasons: tuple[str, ...]
+    training_seconds: float | None
+    epochs: int | None
+    num_workers: int | None
+    links: tuple[tuple[str, str], ...]
+    latest: bool = False
+
+
+def _read_optional(path: str) -> dict[str, Any]:
+    return atomic.read_json(path) if tf.io.gfile.exists(path) else {}
+
+
+def _optional_number(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
+
+
+def read_night(output_root: str, date: str, latest_metrics: str | None = None) -> Night | None:
+    """The night of `date`, or None when its evaluation is not finished (no metrics.json)."""
+    evaluate_dir = layout.evaluate_dir(output_root, date)
+    metrics_path = layout.join(evaluate_dir, layout.METRICS_FILE)
+    if not tf.io.gfile.exists(metrics_path):
+        return None
+    metrics = atomic.read_json(metrics_path)
+    verdict = _read_optional(layout.join(evaluate_dir, layout.BLESSING_FILE))
+    history = _read_optional(layout.join(layout.train_dir(output_root, date), layout.HISTORY_FILE))
+    # What the evaluated model's training was, as metrics.json recorded it; the wall time is
+    # only in history.json.
+    training = history | metrics.get("model", {}).get("training", {})
+    links = tuple(
+        (label, layout.join(date, "evaluate", name))
+        for label, name in _LINKS
+        if tf.io.gfile.exists(layout.join(evaluate_dir, name))
+    )
+    return Night(
+        date=date,
+        accuracy=float(metrics["accuracy"]),
+        loss=float(metrics["loss"]),
+        blessed=bool(verdict.get("blessed", metrics.get("blessed", False))),
+        reasons=tuple(str(r) for r in verdict.get("reasons", ["blessing.json is missing"])),
+        training_seconds=_optional_number(history.get("wall_time_seconds"), float),
+        epochs=_optional_number(training.get("epochs_completed"), int),
+        num_workers=_optional_number(training.get("num_workers"), int),
+        links=links,
+        latest=layout.join(date, "evaluate", layout.METRICS_FILE) == latest_metrics,
+    )
+
+
+def _latest_metrics(output_root: str) -> str | None:
+    """The metrics.json `latest.json` names, relative to the root (None when it names none).
+
+    Compared by path, not by date: after a forced rerun the pointer may still name the
+    superseded evaluation of the same date, and then no current row is the latest.
+    """
+    current = pointer.read(output_root)
+    if current is None:
+        return None
+    metrics = current.get("metrics_path")
+    if isinstance(metrics, str) and metrics:
+        return pointer.relative(output_root, pointer.resolve(output_root, metrics))
+    date = current.get("date")
+    return layout.join(str(date), "evaluate", layout.METRICS_FILE) if date else None
+
+
+def read_nights(output_root: str) -> list[Night]:
+    """Every evaluated night under `output_root`, oldest first.
+
+    A night whose files cannot be read (a hand-edited metrics.json, say) is left out with a
+    warning rather than keeping every other night off the page.
+    """
+    if not tf.io.gfile.isdir(output_root):
+        return []
+    latest_metrics = _latest_metrics(output_root)
+    nights = []
+    # gs:// listings end folder names with '/'.
+    dates = sorted({name.rstrip("/") for name in tf.io.gfile.listdir(output_root)})
+    for date in dates:
+        if not _DATE_FOLDER.fullmatch(date):
+            continue
+        try:
+            night = read_night(output_root, date, latest_metrics)
+        except (ValueError, KeyError, TypeError, AttributeError, tf.errors.OpError) as e:
+            logger.warning("trend page: leaving out %s, its files are unreadable: %s", date, e)
+            continue
+        if night is not None:
+            nights.append(night)
+    return nights
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _row(night: Night) -> str:
+    verdict = '<span class="blessed">yes</span>'
+    if not night.blessed:
+        verdict = '<span class="not-blessed">no</span>'
+    if night.latest:
+        verdict += ' <span class="latest" title="latest.json points here">latest</span>'
+    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in night.reasons)
+    links = " · ".join(
+        f'<a href="{html.escape(path)}">{html.escape(label)}</a>' for label, path in night.links
+    )
+    cells = [
+        f"<td>{html.escape(night.date)}</td>",
+        f'<td class="number">{night.accuracy:.4f}</td>',
+        f'<td class="number">{night.loss:.4f}</td>',
+        f"<td>{verdict}</td>",
+        f"<td><ul>{reasons}</ul></td>",
+        f'<td class="number">{_duration(night.training_seconds)}</td>',
+        f'<td class="number">{"?" if night.epochs is None else night.epochs}</td>',
+        f'<td class="number">{"?" if night.num_workers is None else night.num_workers}</td>',
+        f"<td>{links}</td>",
+    ]
+    return f'<tr id="night-{html.escape(night.date)}">{"".join(cells)}</tr>'
+
+
+def render(nights: list[Night], updated: datetime.datetime) -> str:
+    """Renders the trend page for `nights` (oldest first); every text is HTML-escaped."""
+    if nights:
+        blessed = [n.date for n in nights if n.blessed]
+        summary = (
+            f"{len(nights)} evaluated night{'s' if len(nights) != 1 else ''}, "
+            f"{nights[0].date} to {nights[-1].date}; {len(blessed)} blessed."
+        )
+    else:
+        summary = "No evaluated nights yet."
+    return _PAGE.substitute(
+        summary=html.escape(summary),
+        trend_png=TREND_PNG,
+        rows="\n".join(_row(n) for n in nights),
+        updated=html.escape(updated.strftime("%Y-%m-%d %H:%M:%S")),
+    )
+
+
+def write_page(output_root: str) -> list[Night]:
+    """Rewrites `trend.png`, then `index.html`, each atomically; the caller holds the lock.
+
+    Returns:
+        The nights on the page, oldest first.
+    """
+    nights = read_nights(output_root)
+    plots.write_trend(
+        [n.date for n in nights],
+        [n.accuracy for n in nights],
+        [n.blessed for n in nights],
+        layout.join(output_root, TREND_PNG),
+    )
+    page = render(nights, datetime.datetime.now(datetime.UTC))
+    atomic.write_bytes_atomic(layout.join(output_root, INDEX_FILE), page.encode())
+    return nights
+
+
+def update_page(output_root: str) -> list[Night]:
+    """`write_page` under the latest pointer's lock (which is not reentrant: don't hold it)."""
+    with pointer.pointer_lock(output_root):
+        nights = write_page(output_root)
+    logger.info("trend page: %s (%d nights)", layout.join(output_root, INDEX_FILE), len(nights))
+    return nights
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m evaluate.trend",
+        description="Rewrite <output-root>/index.html and trend.png from the evaluated nights.",
+    )
+    parser.add_argument("--output-root", required=True, help="folder with one subfolder per date")
+    args = parser.parse_args(argv)
+    nights = update_page(args.output_root)
+    print(f"{layout.join(args.output_root, INDEX_FILE)}: {len(nights)} nights")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The nightly trend page: one row per current evaluation, by date, escaped, relative links."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+
+import pytest
+
+from contract import atomic, layout, pointer
+from evaluate import report, report_page, run, trend
+from pipeline import supersede
+from tests.evaluate import pages
+from tests.evaluate.conftest import DATE
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_night(
+    root: pathlib.Path,
+    date: str,
+    *,
+    accuracy: float,
+    blessed: bool = True,
+    reasons: tuple[str, ...] = ("no absolute threshold set (min_accuracy)",),
+    with_metrics: bool = True,
+) -> None:
+    """Leaves a night's train and evaluate files as the stages would (numbers made up)."""
+    train_dir = layout.train_dir(str(root), date)
+    evaluate_dir = layout.evaluate_dir(str(root), date)
+    os.makedirs(train_dir)
+    os.makedirs(evaluate_dir)
+    training = {"epochs_completed": 3, "num_workers": 2}
+    history = {"history": {}, "wall_time_seconds": 287.4} | training
+    atomic.write_json_atomic(layout.join(train_dir, layout.HISTORY_FILE), history)
+    for name in (report.CONFUSION_MATRIX_PNG, report.TRAINING_CURVES_PNG):
+        atomic.write_bytes_atomic(layout.join(evaluate_dir, name), PNG_MAGIC)
+    atomic.write_bytes_atomic(layout.join(evaluate_dir, report_page.REPORT_HTML_FILE), b"<p>")
+    verdict = {"blessed": blessed, "reasons": list(reasons)}
+    atomic.write_json_atomic(layout.join(evaluate_dir, layout.BLESSING_FILE), verdict)
+    if with_metrics:
+        metrics = {
+            "date": date,
+            "accuracy": accuracy,
+            "loss": 1 - accuracy,
+            "blessed": blessed,
+            "model": {"training": training},
+        }
+        atomic.write_json_atomic(layout.join(evaluate_dir, layout.METRICS_FILE), metrics)
+
+
+def page(root: pathlib.Path) -> str:
+    return (root / trend.INDEX_FILE).read_text()
+
+
+def test_backfilled_nights_are_rows_in_date_order(tmp_path):
+    for date, accuracy in (("2026-01-03", 0.83), ("2026-01-01", 0.81), ("2026-01-02", 0.82)):
+        write_night(tmp_path, date, accuracy=accuracy, blessed=date != "2026-01-02")
+        trend.update_page(str(tmp_path))
+
+    nights = trend.read_nights(str(tmp_path))
+    assert [n.date for n in nights] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    assert [n.accuracy for n in nights] == [0.81, 0.82, 0.83]
+    assert [n.blessed for n in nights] == [True, False, True]
+    assert (nights[0].training_seconds, nights[0].epochs, nights[0].num_workers) == (287.4, 3, 2)
+    text = page(tmp_path)
+    assert pages.row_ids(text) == ["night-2026-01-01", "night-2026-01-02", "night-2026-01-03"]
+    assert ">4m47s</td>" in text
+    assert (tmp_path / trend.TREND_PNG).read_bytes()[:8] == PNG_MAGIC
+    assert not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+
+
+def test_unfinished_evaluations_and_other_folders_are_not_rows(tmp_path):
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    write_night(tmp_path, "2026-01-02", accuracy=0.8, with_metrics=False)
+    (tmp_path / "luigid").mkdir()
+    (tmp_path / "2026-01-03").mkdir()
+    trend.update_page(str(tmp_path))
+    assert pages.row_ids(page(tmp_path)) == ["night-2026-01-01"]
+
+
+def test_links_are_relative_and_lead_to_the_nights_files(tmp_path):
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    trend.update_page(str(tmp_path))
+    hrefs = [a["href"] for a in pages.tags(page(tmp_path), "a")]
+    assert hrefs == [
+        "2026-01-01/evaluate/report.html",
+        "2026-01-01/evaluate/metrics.json",
+        "2026-01-01/evaluate/confusion_matrix.png",
+        "2026-01-01/evaluate/training_curves.png",
+    ]
+    assert all((tmp_path / href).is_file() for href in hrefs)
+    (image,) = pages.tags(page(tmp_path), "img")
+    assert image["src"] == trend.TREND_PNG
+
+
+def test_a_superseded_evaluation_is_not_shown_as_current(tmp_path):
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    write_night(tmp_path, "2026-01-02", accuracy=0.6125)
+    # The pointer names the evaluation that is about to be superseded.
+    night = layout.run_dir(str(tmp_path), "2026-01-02")
+    atomic.write_json_atomic(
+        pointer.pointer_path(str(tmp_path)),
+        {
+            "date": "2026-01-02",
+            "model_path": layout.join(night, "train", layout.MODEL_FILE),
+            "metrics_path": layout.join(night, "evaluate", layout.METRICS_FILE),
+        },
+    )
+    trend.update_page(str(tmp_path))
+    assert "0.6125" in page(tmp_path) and 'class="latest"' in page(tmp_path)
+
+    now = datetime.datetime(2026, 1, 3, tzinfo=datetime.UTC)
+    supersede.supersede(str(tmp_path), "2026-01-02", "evaluate", now=now)
+    trend.update_page(str(tmp_path))
+    assert pages.row_ids(page(tmp_path)) == ["night-2026-01-01"]
+    assert "0.6125" not in page(tmp_path)
+
+    write_night_evaluation_again(tmp_path, "2026-01-02", accuracy=0.7375)
+    trend.update_page(str(tmp_path))
+    text = page(tmp_path)
+    assert pages.row_ids(text) == ["night-2026-01-01", "night-2026-01-02"]
+    assert "0.7375" in text and "0.6125" not in text
+    # The pointer still names the superseded evaluation: no current row is marked latest.
+    assert 'class="latest"' not in text
+
+
+def write_night_evaluation_again(root: pathlib.Path, date: str, accuracy: float) -> None:
+    """A forced rerun's evaluation: the night's train files stay, evaluate/ is new."""
+    evaluate_dir = layout.evaluate_dir(str(root), date)
+    os.makedirs(evaluate_dir)
+    atomic.write_json_atomic(
+        layout.join(evaluate_dir, layout.METRICS_FILE),
+        {"date": date, "accuracy": accuracy, "loss": 1 - accuracy},
+    )
+
+
+def test_text_from_the_files_is_escaped(tmp_path):
+    hostile = "<script>alert('x')</script> & <b>bold</b>"
+    write_night(tmp_path, "2026-01-01", accuracy=0.8, blessed=False, reasons=(hostile,))
+    trend.update_page(str(tmp_path))
+    text = page(tmp_path)
+    assert "<script>" not in text and "<b>bold" not in text
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
+
+
+def test_an_unreadable_night_is_left_out_not_fatal(tmp_path, caplog):
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    write_night(tmp_path, "2026-01-02", accuracy=0.8)
+    metrics = layout.join(layout.evaluate_dir(str(tmp_path), "2026-01-02"), layout.METRICS_FILE)
+    pathlib.Path(metrics).write_text("{not json")
+    trend.update_page(str(tmp_path))
+    assert pages.row_ids(page(tmp_path)) == ["night-2026-01-01"]
+    assert "leaving out 2026-01-02" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"), [(None, "?"), (4.4, "4s"), (287.4, "4m47s"), (7322, "2h02m")]
+)
+def test_training_time_is_readable(seconds, shown):
+    assert trend._duration(seconds) == shown
+
+
+def test_the_stage_adds_its_night_to_the_page(make_config, run_root):
+    write_night(run_root, "2026-01-30", accuracy=0.5)  # a night evaluated earlier
+    metrics = run(make_config(min_accuracy=0.1))
+    text = page(run_root)
+    assert pages.row_ids(text) == ["night-2026-01-30", f"night-{DATE}"]
+    assert f"{metrics['accuracy']:.4f}" in text
+    hrefs = [a["href"] for a in pages.tags(text, "a")]
+    assert f"{DATE}/evaluate/{report_page.REPORT_HTML_FILE}" in hrefs
+    assert all((run_root / href).is_file() for href in hrefs)
+    assert (run_root / trend.TREND_PNG).read_bytes()[:8] == PNG_MAGIC
