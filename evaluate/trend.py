@@ -55,6 +55,7 @@ body { font-family: sans-serif; margin: 2em; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; vertical-align: top; }
 td.number { text-align: right; }
+td:first-child { white-space: nowrap; }
 td ul { margin: 0; padding-left: 1.2em; }
 .blessed { color: #1a7f37; } .not-blessed { color: #cf222e; }
 .latest { background: #ddf4ff; border-radius: 0.3em; padding: 0 0.3em; }
