@@ -9,19 +9,17 @@ evaluated (backfills included). Every link is relative, so the folder can be mov
 Every evaluation rewrites the page and `trend.png` (`update_page`), each atomically, under the
 latest pointer's lock: two dates evaluated at once each write their metrics.json first and
 then regenerate in turn, so the last page written has both rows.
-`python -m evaluate.trend --output-root runs` rewrites them by hand.
+`python -m evaluate.rewrite_trend --output-root runs` rewrites them by hand.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import html
 import logging
 import re
 import string
-import sys
 from typing import Any
 
 import tensorflow as tf
@@ -268,19 +266,3 @@ def update_page(output_root: str) -> list[Night]:
         nights = write_page(output_root)
     logger.info("trend page: %s (%d nights)", layout.join(output_root, INDEX_FILE), len(nights))
     return nights
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m evaluate.trend",
-        description="Rewrite <output-root>/index.html and trend.png from the evaluated nights.",
-    )
-    parser.add_argument("--output-root", required=True, help="folder with one subfolder per date")
-    args = parser.parse_args(argv)
-    nights = update_page(args.output_root)
-    print(f"{layout.join(args.output_root, INDEX_FILE)}: {len(nights)} nights")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

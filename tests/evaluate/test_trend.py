@@ -172,3 +172,12 @@ def test_the_stage_adds_its_night_to_the_page(make_config, run_root):
     assert f"{DATE}/evaluate/{report_page.REPORT_HTML_FILE}" in hrefs
     assert all((run_root / href).is_file() for href in hrefs)
     assert (run_root / trend.TREND_PNG).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_command_line_rewrites_the_page(tmp_path, capsys):
+    from evaluate.rewrite_trend import main
+
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    assert main(["--output-root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"{tmp_path / trend.INDEX_FILE}: 1 nights"
+    assert pages.row_ids(page(tmp_path)) == ["night-2026-01-01"]
