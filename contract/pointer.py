@@ -5,13 +5,13 @@ blessed model itself is moved aside. Both hold `pointer_lock(output_root)` while
 decide and move it, so two evaluations (or an evaluation and a supersede) never interleave.
 
 The lock is `fcntl.flock` on `latest.json.lock` beside the pointer for a local root. For a
-remote root (gs://...) there is no shared lock: a lock file under the local temp dir is used,
-which serialises writers on one machine only.
+remote root (gs://...) there is no shared lock: the lock file lives in the root's local state
+folder (`contract.storage.local_state_dir`), which serialises writers on one machine only.
 
 `write` stores paths relative to output_root (`2026-01-31/train/model.keras`), so a copied or
-re-mounted runs folder keeps a valid pointer; pointers with absolute paths are still read, and
-`resolve(output_root, path)` gives the usable path for either. (Evaluate and supersede still
-write absolute paths for now; switching them to `write` is issue 10's step.)
+re-mounted runs folder keeps a valid pointer; pointers with absolute paths (written by older
+versions) are still read, and `resolve(output_root, path)` gives the usable path for either.
+Evaluate and supersede both write through `write`.
 
 Crash consistency, with metrics.json as a date's completion marker (written last):
   1. evaluate writes its pictures, report and blessing.json;
@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
 import tensorflow as tf
 
-from contract import atomic, layout
+from contract import atomic, layout, storage
 
 
 class Pointer(TypedDict):
@@ -57,13 +55,9 @@ def pointer_path(output_root: str) -> str:
     return layout.join(output_root, layout.LATEST_POINTER_FILE)
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
 def relative(output_root: str, path: str) -> str:
     """`path` relative to output_root when it lies under it, else unchanged."""
-    if _is_remote(output_root) or _is_remote(path):
+    if storage.is_remote(output_root) or storage.is_remote(path):
         prefix = output_root.rstrip("/") + "/"
         return path[len(prefix) :] if path.startswith(prefix) else path
     root = os.path.abspath(output_root)
@@ -75,7 +69,7 @@ def relative(output_root: str, path: str) -> str:
 
 def resolve(output_root: str, path: str) -> str:
     """A pointer path made usable: absolute and remote paths as they are, others under the root."""
-    if _is_remote(path) or os.path.isabs(path):
+    if storage.is_remote(path) or os.path.isabs(path):
         return path
     return layout.join(output_root, path)
 
@@ -112,11 +106,9 @@ def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
 
 
 def _lock_file(output_root: str) -> str:
-    if _is_remote(output_root):
-        digest = hashlib.sha256(output_root.encode()).hexdigest()[:16]
-        return os.path.join(tempfile.gettempdir(), f"nightly-trainer-pointer-{digest}.lock")
-    os.makedirs(output_root, exist_ok=True)
-    return pointer_path(output_root) + ".lock"
+    folder = storage.local_state_dir(output_root)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, layout.LATEST_POINTER_FILE + ".lock")
 
 
 @contextlib.contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import time
 from typing import Any
 
@@ -125,11 +124,6 @@ def _write_verdict(
     atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
 
 
-def _absolute(path: str) -> str:
-    """Local paths made absolute, so the pointer means the same from any folder; URLs as is."""
-    return path if "://" in path else os.path.abspath(path)
-
-
 def run(config: EvaluateConfig) -> dict[str, Any]:
     """Evaluates one run's model, writes the report and blessing, and moves `latest` if blessed.
 
@@ -154,7 +148,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         {
             "date": config.date,
             "model": {
-                "path": config.model_path,
+                "path": pointer.relative(config.output_root, config.model_path),
                 "sha256": atomic.sha256_file(config.model_path),
                 "training": {k: history[k] for k in TRAINING_SUMMARY_KEYS if k in history},
             },
@@ -162,7 +156,9 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
                 "name": doc["dataset"]["name"],
                 "version": doc["dataset"]["version"],
                 "split": doc["dataset"].get("eval_split", layout.EVAL_SPLIT),
-                "manifest": layout.join(config.data_dir, layout.MANIFEST_FILE),
+                "manifest": pointer.relative(
+                    config.output_root, layout.join(config.data_dir, layout.MANIFEST_FILE)
+                ),
             },
             "created_utc": datetime.datetime.now(datetime.UTC).isoformat(),
         }
@@ -203,16 +199,17 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         metrics["blessed"] = verdict["blessed"]
         _write_verdict(config, metrics, verdict)
         if verdict["moves_latest_pointer"]:
-            blessing.update_pointer(
-                config.latest_pointer_path,
+            # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
+            pointer.write(
+                config.output_root,
                 {
                     "date": config.date,
-                    "model_path": _absolute(config.model_path),
+                    "model_path": config.model_path,
                     "model_sha256": metrics["model"]["sha256"],
                     "accuracy": metrics["accuracy"],
                     "loss": metrics["loss"],
                     "dataset": config.dataset,
-                    "metrics_path": _absolute(layout.join(out, layout.METRICS_FILE)),
+                    "metrics_path": layout.join(out, layout.METRICS_FILE),
                     "updated_utc": verdict["decided_utc"],
                 },
             )

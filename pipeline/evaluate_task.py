@@ -9,6 +9,7 @@ import luigi
 from contract import layout
 from pipeline import config, runner, terminal
 from pipeline.params import RunTask
+from pipeline.targets import GFileTarget
 from pipeline.train_task import Train
 
 STAGE_LOG_FILE = "evaluate.log"
@@ -34,8 +35,8 @@ class Evaluate(RunTask):
     def requires(self) -> luigi.Task:
         return Train(**self.shared_params())
 
-    def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(
+    def output(self) -> GFileTarget:
+        return GFileTarget(
             layout.join(layout.evaluate_dir(self.output_root, self.date_str), layout.METRICS_FILE)
         )
 

@@ -12,6 +12,7 @@ dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import logging
 import os
@@ -19,10 +20,10 @@ import os
 import luigi
 import tensorflow as tf
 
-from contract import atomic, layout
+from contract import atomic, layout, storage
 from pipeline import run_lock, supersede
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import RunTask
+from pipeline.params import RunTask, check_output_root
 from pipeline.preprocess_task import Preprocess
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
@@ -64,6 +65,7 @@ class FullRun(RunTask, luigi.WrapperTask):
         # however often luigi asks; with `--workers N` the check still runs in this process
         # (parallel_scheduling stays off, its default), so the lock stays held here.
         if not self._prepared:
+            check_output_root(self.output_root)
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().complete()
@@ -123,14 +125,17 @@ def _same(recorded: object, wanted: object) -> bool:
 def _log_to_run_folder(output_root: str, date: str) -> str:
     """Copies luigi's and this package's log records into `<run>/logs/luigi-<timestamp>.log`.
 
-    For a remote output_root the file goes to the local `logs/<date>/` folder instead.
+    For a remote output_root the file is written in the run's local state folder
+    (`contract.storage.local_state_dir`) and copied to `<run>/logs/` when this process exits.
     """
     logs = layout.logs_dir(output_root, date)
-    if "://" in logs:
-        logs = os.path.join("logs", date)
-    os.makedirs(logs, exist_ok=True)
+    local_logs = storage.local_state_dir(logs)
+    os.makedirs(local_logs, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = layout.join(logs, f"luigi-{stamp}-pid{os.getpid()}.log")
+    name = f"luigi-{stamp}-pid{os.getpid()}.log"
+    path = os.path.join(local_logs, name)
+    if storage.is_remote(logs):
+        atexit.register(_upload_log, path, layout.join(logs, name))
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # luigi logs to 'luigi-interface' (and a few modules to 'luigi'); this package to 'pipeline'.
@@ -139,3 +144,11 @@ def _log_to_run_folder(output_root: str, date: str) -> str:
     if logging.getLogger("pipeline").getEffectiveLevel() > logging.INFO:
         logging.getLogger("pipeline").setLevel(logging.INFO)
     return path
+
+
+def _upload_log(local_path: str, remote_path: str) -> None:
+    """Copies the luigi log to the store; a failed copy is reported, never raised at exit."""
+    try:
+        tf.io.gfile.copy(local_path, remote_path, overwrite=True)
+    except Exception as e:  # noqa: BLE001 - at exit, a lost log copy must not hide the run's result
+        logger.warning("could not copy the luigi log %s to %s: %s", local_path, remote_path, e)

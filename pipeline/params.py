@@ -7,9 +7,13 @@ back to [Preprocess] (luigi's `config_path`) instead of repeating the values per
 from __future__ import annotations
 
 import datetime
+import sys
 
 import luigi
 from luigi.parameter import ConfigPath
+
+from contract import storage
+from contract.messages import error_line
 
 
 def _from_preprocess(name: str) -> ConfigPath:
@@ -26,7 +30,8 @@ class RunTask(luigi.Task):
     output_root = luigi.Parameter(
         default="runs",
         config_path=_from_preprocess("output_root"),
-        description="Folder (local path or gs:// URL) holding one subfolder per run date.",
+        description="Folder (local path or gs:// URL) holding one subfolder per run date; "
+        "other schemes (s3://...) are refused before anything runs.",
     )
     dataset = luigi.Parameter(
         default="fashion_mnist",
@@ -38,6 +43,12 @@ class RunTask(luigi.Task):
         config_path=_from_preprocess("num_workers"),
         description="Number of training workers; the shard set is cut into this many parts.",
     )
+
+    def complete(self) -> bool:
+        # luigi asks the task it was started with for complete() before anything else runs:
+        # an unsupported output root stops the run here, with the stages' own error line.
+        check_output_root(self.output_root)
+        return bool(super().complete())
 
     def shared_params(self) -> dict:
         """The shared parameter values, to pass on to the task this one requires."""
@@ -51,3 +62,16 @@ class RunTask(luigi.Task):
     @property
     def date_str(self) -> str:
         return self.date.isoformat()
+
+
+def check_output_root(output_root: str) -> None:
+    """Refuses an output root no stage can write to, printing the stages' one error line.
+
+    Raises:
+        storage.UnsupportedStorageError: naming the scheme and what is supported.
+    """
+    try:
+        storage.check_supported(output_root)
+    except storage.UnsupportedStorageError as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        raise

@@ -10,6 +10,7 @@ import luigi
 from contract import layout
 from pipeline import config, runner
 from pipeline.params import RunTask
+from pipeline.targets import GFileTarget
 
 STAGE_LOG_FILE = "preprocess.log"
 
@@ -80,8 +81,8 @@ class Preprocess(RunTask):
         "--region=r --temp_location=gs://b/tmp'.",
     )
 
-    def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(
+    def output(self) -> GFileTarget:
+        return GFileTarget(
             layout.join(layout.data_dir(self.output_root, self.date_str), layout.MANIFEST_FILE)
         )
 

@@ -6,7 +6,8 @@ needs no pid probing. The file's text names the holder (pid, host, start, comman
 message a refused run prints. Forked luigi workers inherit the descriptor, so the lock stays
 held while any of them still runs. flock is local to one machine: keep `output_root` on a
 local disk (or run one scheduler host) for the guarantee to hold. For a remote output_root
-(gs://...) the lock file lives in this machine's temporary folder instead.
+(gs://...) the lock file lives in the run folder's local state folder instead
+(`contract.storage.local_state_dir`), so the lock holds per machine only.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import atexit
 import contextlib
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import socket
 import sys
-import tempfile
+
+from contract import storage
 
 LOCK_FILE = ".lock"
 
@@ -34,10 +35,7 @@ class RunLock:
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
-        self.lock_dir = run_dir
-        if "://" in run_dir:  # flock needs a local file: one per remote run folder
-            digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
-            self.lock_dir = os.path.join(tempfile.gettempdir(), "nightly-trainer-locks", digest)
+        self.lock_dir = storage.local_state_dir(run_dir)  # flock needs a local file
         self.path = os.path.join(self.lock_dir, LOCK_FILE)
         self._fd: int | None = None
 

@@ -3,7 +3,8 @@
 `run_stage(task, stage, command, log_path)` is how every task runs its stage. The command runs
 as a local process, or for preprocess and evaluate with `[Executor] kind = docker` as a
 `docker run` of the stages' image (the train task instead passes `--backend docker` to its
-launcher, which stays a local process). Its output is appended to the stage's log, its
+launcher, which stays a local process). Its output is appended to the stage's log (for a
+gs:// log, to its local copy in the state folder, copied to the store when the stage ends), its
 `PROGRESS {...}` lines become Luigi's progress percentage and status message, and a non-zero
 exit raises `StageFailed` carrying the stage's own `error: ...` line (or the log's tail).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import logging
 import os
 import shlex
 import signal
@@ -30,11 +32,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import luigi
+import tensorflow as tf
 
+from contract import storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_progress
 from pipeline import docker_run
 from pipeline.terminal import StageProgress
+
+logger = logging.getLogger("luigi-interface")
 
 TAIL_LINES = 20
 GROUP_GRACE_SECONDS = 60  # the train launcher stops its workers and containers in this time
@@ -68,10 +74,12 @@ def run_stage(
     name = None
     if container is not None:
         command, name = docker_run.container_command(command, container)
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    # An object store cannot be appended to: a remote log is written locally, copied at the end.
+    local_log = storage.local_state_dir(log_path)
+    os.makedirs(os.path.dirname(local_log) or ".", exist_ok=True)
     terminal = StageProgress(stage)
     terminal.start()
-    with open(log_path, "ab") as log:
+    with open(local_log, "ab") as log:
         log.write(f"$ {shlex.join(command)}\n".encode())
         log.flush()
         try:
@@ -79,6 +87,8 @@ def run_stage(
         finally:
             if name is not None:
                 docker_run.remove_container_quietly(name)
+    if local_log != log_path:
+        _copy_log(local_log, log_path)
     if code != 0:
         terminal.failed(error or f"exit {code}; log: {log_path}")
         if error is not None:
@@ -88,6 +98,15 @@ def run_stage(
             + "\n".join(tail)
         )
     terminal.done()
+
+
+def _copy_log(local_log: str, log_path: str) -> None:
+    """Copies a stage's local log to its place on the store (a failed copy is only logged)."""
+    try:
+        tf.io.gfile.makedirs(os.path.dirname(log_path))
+        tf.io.gfile.copy(local_log, log_path, overwrite=True)
+    except (tf.errors.OpError, OSError) as e:
+        logger.warning("could not copy %s to %s: %s", local_log, log_path, e)
 
 
 def _run_logged(

@@ -80,15 +80,16 @@ def epoch_line(progress: dict[str, Any], epoch_seconds: list[float]) -> str:
 
 
 def evaluation_line(evaluate_dir: str) -> str:
-    """`accuracy 0.9312, blessed (reasons...)` from an evaluate directory, read defensively."""
-    import json
-    import os
+    """`accuracy 0.9312, blessed (reasons...)` from an evaluate directory (local or gs://),
+    read defensively."""
+    import tensorflow as tf
+
+    from contract import atomic, layout
 
     def read(name: str) -> dict[str, Any]:
         try:
-            with open(os.path.join(evaluate_dir, name)) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
+            data = atomic.read_json(layout.join(evaluate_dir, name))
+        except (OSError, ValueError, tf.errors.OpError):
             return {}
         return data if isinstance(data, dict) else {}
 

@@ -10,6 +10,7 @@ from contract import layout
 from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
+from pipeline.targets import GFileTarget
 
 STAGE_LOG_FILE = "train.log"
 
@@ -83,8 +84,8 @@ class Train(RunTask):
     def requires(self) -> luigi.Task:
         return Preprocess(**self.shared_params())
 
-    def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(
+    def output(self) -> GFileTarget:
+        return GFileTarget(
             layout.join(layout.train_dir(self.output_root, self.date_str), layout.HISTORY_FILE)
         )
 

@@ -8,6 +8,7 @@ import sys
 
 from contract import layout, manifest
 from contract.messages import EXIT_BAD_INPUT, error_line
+from contract.storage import UnsupportedStorageError
 
 USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
        python -m preprocess verify DATA_DIR [--split SPLIT] [--worker N]
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run(argv)
+    except UnsupportedStorageError as e:  # refused before any work
+        print(error_line(str(e)), file=sys.stderr)
+        return EXIT_BAD_INPUT
     except PreprocessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

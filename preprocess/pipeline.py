@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout, records
+from contract import atomic, layout, records, storage
 from preprocess import dask_support, plan, shard_set, sources, transforms
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
 from preprocess.errors import PreprocessError
@@ -205,7 +205,10 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
     Raises:
         PreprocessError: bad parameters, dataset or output folder; nothing is left that looks
             complete.
+        UnsupportedStorageError: a path's scheme is neither local nor gs://; nothing done.
     """
+    storage.check_supported(cfg.output_root)
+    storage.check_supported(cfg.data_dir, "TFDS data dir")
     cfg.check()
     beam_args = list(beam_args or [])
     options = beam_options(beam_args)

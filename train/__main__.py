@@ -12,9 +12,11 @@ import logging
 import sys
 from typing import NoReturn
 
+from contract import storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
+from contract.storage import UnsupportedStorageError
 from train import cluster
 from train.config import ConfigError, TrainConfig
 from train.docker_backend import DockerWorkerBackend
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     tf_logger.propagate = False
     config = _config(args)
     try:
+        storage.check_supported(config.data_dir, "data dir")
+        storage.check_supported(config.train_dir, "train dir")
         if args.command == "launch":
             from train.launcher import launch as launch_cluster
 
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             from train.worker import run
 
             run(config)
-    except (ConfigError, ManifestError, cluster.ClusterError) as e:
+    except (ConfigError, ManifestError, cluster.ClusterError, UnsupportedStorageError) as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     except (LaunchError, ContainerError) as e:

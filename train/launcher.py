@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -19,10 +20,12 @@ import threading
 import time
 from typing import IO, Protocol
 
-from contract import layout, manifest
+from contract import layout, manifest, storage
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from train import cluster
 from train.config import ConfigError, TrainConfig
+
+logger = logging.getLogger(__name__)
 
 BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting cannot help
 POLL_SECONDS = 0.2
@@ -292,8 +295,13 @@ def check_launch_settings(num_workers: int, max_restarts: int, ports: list[int] 
 
 
 def log_dir_for(config: TrainConfig, log_dir: str | None = None) -> str:
-    """Where the workers' logs go: `log_dir`, or `<train dir>/logs`."""
-    return log_dir or layout.join(config.train_dir, "logs")
+    """Where the workers' logs go: `log_dir`, or `<train dir>/logs`.
+
+    Logs are appended to while the workers run, which an object store cannot do: for a gs://
+    train dir they go to its local state folder (`contract.storage.local_state_dir`) and are
+    copied to `<train dir>/logs` when the launch ends.
+    """
+    return log_dir or storage.local_state_dir(layout.join(config.train_dir, "logs"))
 
 
 def launch(
@@ -324,5 +332,17 @@ def launch(
             run_cluster(backend, num_workers, max_restarts)
         finally:
             backend.close()
+            _copy_logs_to_store(config, log_dir)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _copy_logs_to_store(config: TrainConfig, log_dir: str | None) -> None:
+    """Copies the workers' local logs of a gs:// train dir to `<train dir>/logs`."""
+    remote = layout.join(config.train_dir, "logs")
+    if log_dir is not None or not storage.is_remote(remote):
+        return
+    try:
+        storage.upload_folder(log_dir_for(config), remote)
+    except Exception as e:  # noqa: BLE001 - a lost log copy must not change training's result
+        logger.warning("could not copy the workers' logs to %s: %s", remote, e)

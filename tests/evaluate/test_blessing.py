@@ -96,7 +96,9 @@ def test_pointer_moves_only_on_blessing(make_config, run_root):
     assert _blessing(accepted)["blessed"]
     pointer = _pointer(run_root)
     assert pointer["date"] == DATE
-    assert pointer["model_path"] == os.path.abspath(accepted.model_path)
+    # Relative to output_root: the runs folder can be moved or mounted elsewhere.
+    assert pointer["model_path"] == f"{DATE}/train/{layout.MODEL_FILE}"
+    assert pointer["metrics_path"] == f"{DATE}/evaluate/{layout.METRICS_FILE}"
     assert pointer["accuracy"] == metrics["accuracy"]
     assert not [n for n in os.listdir(run_root) if ".tmp-" in n]
 

@@ -59,14 +59,17 @@ def test_writes_every_file_and_metrics_last(make_config):
     macro_f1 = np.mean([c["f1"] for c in metrics["per_class"].values()])
     assert metrics["macro_avg"]["f1"] == pytest.approx(macro_f1)
 
-    assert metrics["model"]["path"] == config.model_path
+    # Relative to output_root, so a moved runs folder still reads.
+    assert metrics["model"]["path"] == f"{config.date}/train/{layout.MODEL_FILE}"
+    resolved = os.path.join(config.output_root, metrics["model"]["path"])
+    assert os.path.samefile(resolved, config.model_path)
     assert len(metrics["model"]["sha256"]) == 64
     assert metrics["model"]["training"]["epochs_completed"] == 2
     assert metrics["dataset"] == {
         "name": "fashion_mnist",
         "version": "3.0.1",
         "split": "test",
-        "manifest": os.path.join(config.data_dir, layout.MANIFEST_FILE),
+        "manifest": f"{config.date}/data/{layout.MANIFEST_FILE}",
     }
     report = pathlib.Path(os.path.join(out, REPORT_FILE)).read_text()
     assert f"| accuracy | {metrics['accuracy']:.4f} |" in report

@@ -149,7 +149,9 @@ def test_full_run_writes_every_artefact(runner, first_run):
     # min_accuracy 0 and no earlier blessing: blessed, and latest points at this model.
     pointer = atomic.read_json(str(runner.root / layout.LATEST_POINTER_FILE))
     assert pointer["date"] == DATE
-    assert pointer["model_path"] == str(run / "train" / "model.keras")
+    # Relative to the output root: the runs folder can be moved or mounted elsewhere.
+    assert pointer["model_path"] == f"{DATE}/train/model.keras"
+    assert (runner.root / pointer["model_path"]).is_file()
     assert pointer["accuracy"] == metrics["accuracy"]
     logs = sorted(p.name for p in (run / "logs").iterdir())
     assert "evaluate.log" in logs
@@ -210,7 +212,8 @@ def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing
     assert any("below min_accuracy 0.9990" in reason for reason in blessing["reasons"])
     # Not blessed: latest still names the first model; its metrics followed them aside.
     pointer = json.loads(pointer_path.read_text())
-    assert pointer.pop("metrics_path") == str(superseded / "evaluate" / "metrics.json")
+    metrics_path = pointer.pop("metrics_path")
+    assert runner.root / metrics_path == superseded / "evaluate" / "metrics.json"
     pointer_before.pop("metrics_path")
     assert pointer == pointer_before
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime
 import os
+import uuid
 
 import pytest
+import tensorflow as tf
 
-from contract import atomic, layout
+from contract import atomic, layout, pointer, storage
 from pipeline import supersede
 
 DATE = "2026-01-31"
@@ -63,15 +65,21 @@ def test_unknown_stage_is_named():
         supersede.stages_from("trian")
 
 
-def test_latest_pointer_follows_a_moved_model(run_root):
-    pointer_path = os.path.join(run_root, layout.LATEST_POINTER_FILE)
+@pytest.mark.parametrize("stored", ["absolute", "relative"])
+def test_latest_pointer_follows_a_moved_model(run_root, stored):
     model = os.path.abspath(os.path.join(run_root, DATE, "train", "model.keras"))
-    atomic.write_json_atomic(pointer_path, {"date": DATE, "model_path": model, "accuracy": 0.9})
-    destination = supersede.supersede(run_root, DATE, "train", now=NOW)
-    pointer = atomic.read_json(pointer_path)
-    assert pointer["model_path"] == os.path.abspath(os.path.join(destination, "train/model.keras"))
-    assert os.path.exists(pointer["model_path"])
-    assert pointer["accuracy"] == 0.9 and pointer["date"] == DATE
+    if stored == "absolute":  # as older versions wrote it
+        atomic.write_json_atomic(
+            pointer.pointer_path(run_root), {"date": DATE, "model_path": model, "accuracy": 0.9}
+        )
+    else:
+        pointer.write(run_root, {"date": DATE, "model_path": model, "accuracy": 0.9})
+    supersede.supersede(run_root, DATE, "train", now=NOW)
+    moved = pointer.read(run_root)
+    assert moved is not None
+    assert moved["model_path"] == f"{DATE}/superseded/{STAMP}/train/model.keras"
+    assert os.path.exists(pointer.resolve(run_root, moved["model_path"]))
+    assert moved["accuracy"] == 0.9 and moved["date"] == DATE
 
 
 def test_latest_pointer_of_another_run_is_untouched(run_root):
@@ -82,6 +90,49 @@ def test_latest_pointer_of_another_run_is_untouched(run_root):
     assert atomic.read_json(pointer_path) == other
 
 
-def test_remote_output_root_is_refused_with_advice():
-    with pytest.raises(ValueError, match="local output roots only, not gs://bucket/runs"):
-        supersede.supersede("gs://bucket/runs", DATE, "train")
+@pytest.fixture
+def remote_root(tmp_path, monkeypatch):
+    """A run under a URL root (TensorFlow's in-memory ram:// filesystem stands in for gs://)."""
+    monkeypatch.setenv(storage.STATE_DIR_ENV, str(tmp_path / "state"))
+    root = f"ram://supersede-{uuid.uuid4().hex}/runs"
+    for name, file in (
+        ("data", "manifest.json"),
+        ("train", "history.json"),
+        ("train", "backup/checkpoint.index"),
+        ("evaluate", "metrics.json"),
+    ):
+        path = f"{root}/{DATE}/{name}/{file}"
+        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+        atomic.write_bytes_atomic(path, name.encode())
+    yield root
+    tf.io.gfile.rmtree(root)
+
+
+def test_remote_stage_moves_file_by_file_marker_first(remote_root, monkeypatch):
+    renamed = []
+    rename = tf.io.gfile.rename
+
+    def recorded_rename(source: str, target: str, overwrite: bool = False) -> None:
+        renamed.append(source)
+        rename(source, target, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", recorded_rename)
+    pointer.write(
+        remote_root, {"date": DATE, "model_path": f"{remote_root}/{DATE}/train/model.keras"}
+    )
+    destination = supersede.supersede(remote_root, DATE, "train", now=NOW)
+    assert destination == f"{remote_root}/{DATE}/superseded/{STAMP}"
+    run = f"{remote_root}/{DATE}"
+    assert [p[len(run) + 1 :] for p in renamed if p.startswith(run)] == [
+        "train/history.json",  # the completion marker first: a half move reruns the stage
+        "train/backup/checkpoint.index",
+        "evaluate/metrics.json",
+    ]
+    left = [name for _, _, names in tf.io.gfile.walk(f"{run}/train") for name in names]
+    assert left == [] and tf.io.gfile.exists(f"{run}/data/manifest.json")
+    assert tf.io.gfile.exists(f"{destination}/train/backup/checkpoint.index")
+    moved = pointer.read(remote_root)
+    assert moved is not None
+    assert moved["model_path"] == f"{DATE}/superseded/{STAMP}/train/model.keras"
+    lock = os.path.join(storage.local_state_dir(remote_root), "latest.json.lock")
+    assert os.path.exists(lock)  # the pointer's lock is a local file, per machine
