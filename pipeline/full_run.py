@@ -16,6 +16,8 @@ import atexit
 import datetime
 import logging
 import os
+import subprocess
+import sys
 
 import luigi
 import tensorflow as tf
@@ -90,6 +92,24 @@ def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
         logger.info("holding the lock of %s for this run", run_dir)
     if force_stage is not None:
         supersede.supersede(output_root, date, force_stage)
+        rewrite_trend_page(output_root)
+
+
+def rewrite_trend_page(output_root: str) -> None:
+    """Rewrites the nightly trend page after a forced stage moved a night's evaluation aside,
+    so the page never shows the superseded evaluation as current while the date reruns.
+
+    The evaluate stage owns the page; this runs its command. A failure only warns: the
+    rerun's Evaluate rewrites the page again when it finishes.
+    """
+    command = [sys.executable, "-m", "evaluate.rewrite_trend", "--output-root", output_root]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        logger.warning(
+            "could not rewrite the trend page (exit %d): %s",
+            done.returncode,
+            (done.stderr.strip().splitlines() or [""])[-1],
+        )
 
 
 def check_shard_set_parameters(preprocess: Preprocess) -> None:

@@ -136,3 +136,31 @@ def test_remote_stage_moves_file_by_file_marker_first(remote_root, monkeypatch):
     assert moved["model_path"] == f"{DATE}/superseded/{STAMP}/train/model.keras"
     lock = os.path.join(storage.local_state_dir(remote_root), "latest.json.lock")
     assert os.path.exists(lock)  # the pointer's lock is a local file, per machine
+
+
+def _evaluated_night(root: str, date: str, accuracy: float) -> None:
+    folder = layout.evaluate_dir(root, date)
+    os.makedirs(folder, exist_ok=True)
+    atomic.write_json_atomic(
+        os.path.join(folder, layout.METRICS_FILE),
+        {"date": date, "accuracy": accuracy, "loss": 0.5},
+    )
+
+
+def test_a_forced_evaluation_leaves_the_trend_page_at_once(tmp_path):
+    from pipeline.full_run import rewrite_trend_page
+
+    root = str(tmp_path / "runs")
+    _evaluated_night(root, "2026-01-30", 0.91)
+    _evaluated_night(root, DATE, 0.92)
+    rewrite_trend_page(root)
+    with open(os.path.join(root, "index.html")) as f:
+        page = f.read()
+    assert 'id="night-2026-01-30"' in page and f'id="night-{DATE}"' in page
+
+    supersede.supersede(root, DATE, "evaluate")
+    rewrite_trend_page(root)
+    with open(os.path.join(root, "index.html")) as f:
+        page = f.read()
+    assert 'id="night-2026-01-30"' in page
+    assert f'id="night-{DATE}"' not in page  # superseded: not current until its rerun ends
