@@ -145,6 +145,8 @@ def test_full_run_on_gs_writes_every_artefact_and_the_manifest_holds(runner, buc
     assert pointer["model_path"] == f"{DATE}/train/model.keras"
     model = bucket.blob(f"runs/{pointer['model_path']}").download_as_bytes()
     assert hashlib.sha256(model).hexdigest() == pointer["model_sha256"]
+    trend_page = bucket.blob("runs/index.html").download_as_text()
+    assert DATE in trend_page  # the trend of nights, on the store too
     # Logs reach the store; nothing lands in the working folder (no 'gs:' or 'logs' folder).
     for name in ("logs/preprocess.log", "logs/train.log", "logs/evaluate.log"):
         assert name in files, name
