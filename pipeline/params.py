@@ -14,6 +14,7 @@ from luigi.parameter import ConfigPath
 
 from contract import storage
 from contract.messages import error_line
+from pipeline import config
 
 
 def _from_preprocess(name: str) -> ConfigPath:
@@ -72,6 +73,12 @@ def check_output_root(output_root: str) -> None:
     """
     try:
         storage.check_supported(output_root)
+        if storage.is_remote(output_root) and config.Executor().kind == "docker":
+            raise storage.UnsupportedStorageError(
+                f"output root {output_root} is remote and [Executor] kind = docker: containers "
+                "see only mounted local folders and get no cloud credentials; use kind = local "
+                "for a gs:// root, or a local output root with docker"
+            )
     except storage.UnsupportedStorageError as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         raise

@@ -97,6 +97,12 @@ def _docker_backend(args: argparse.Namespace, config: TrainConfig) -> DockerWork
         raise ConfigError("--backend docker needs --image: the stages' image to run workers in")
     if args.ports is not None:
         raise ConfigError("--ports is for --backend local; containers use --worker-port")
+    for flag, path in (("--data-dir", config.data_dir), ("--train-dir", config.train_dir)):
+        if "://" in path:
+            raise ConfigError(
+                f"--backend docker needs a local {flag}, got {path}: containers see only mounted "
+                "folders and get no cloud credentials; use --backend local for gs:// paths"
+            )
     settings = ContainerSettings(args.image, tuple(args.docker_mount), args.docker_user)
     # The launcher's own worker command line, run by the image's python.
     worker_command = ["python", *worker_argv(config)[1:]]

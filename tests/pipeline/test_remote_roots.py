@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import luigi
 import pytest
 
 from contract import storage
@@ -125,3 +126,26 @@ def test_full_run_refuses_s3_with_the_same_line_before_scheduling(tmp_path):
 def test_full_run_task_refuses_before_touching_anything():
     with pytest.raises(storage.UnsupportedStorageError):
         FullRun(date=DATE, output_root=S3_ROOT).complete()
+
+
+@pytest.fixture
+def docker_executor():
+    config = luigi.configuration.get_config()
+    had_section = config.has_section("Executor")
+    if not had_section:
+        config.add_section("Executor")
+    before = config.get("Executor", "kind", None)
+    config.set("Executor", "kind", "docker")
+    yield
+    if before is None:
+        config.remove_option("Executor", "kind")
+    else:
+        config.set("Executor", "kind", before)
+
+
+def test_a_gs_root_with_the_docker_executor_is_refused_in_one_line(capsys, docker_executor):
+    with pytest.raises(storage.UnsupportedStorageError):
+        FullRun(date=DATE, output_root="gs://bucket/runs").complete()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "[Executor] kind = docker" in line
+    assert "use kind = local for a gs:// root" in line

@@ -39,3 +39,12 @@ def test_bad_launch_flag_is_one_line_and_exit_2(capsys, launch_argv, tmp_path, f
     assert len(err) == 1 and err[0].startswith(ERROR_PREFIX), err
     assert message in err[0]
     assert not (tmp_path / "train").exists()  # nothing started
+
+
+def test_docker_workers_with_a_gs_train_dir_are_refused(capsys, launch_argv):
+    argv = [a if a != launch_argv[4] else "gs://bucket/runs/2026-01-31/train" for a in launch_argv]
+    flags = ["--num-workers", "2", "--backend", "docker", "--image", "img:latest"]
+    assert cli.main([*argv, *flags]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(ERROR_PREFIX), err
+    assert "--backend docker needs a local --train-dir, got gs://bucket" in err[0]
