@@ -26,7 +26,12 @@ from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 
 STATE_FILE = "cluster.json"
 DEFAULT_STATE_DIR = ".cache/dask"
-DEFAULT_MEMORY_LIMIT = "2GiB"  # per worker
+DEFAULT_MEMORY_LIMIT = "4GiB"  # per worker
+# Dask pauses a worker whose process memory passes 80% of its limit until it drops. Memory a
+# worker cannot spill (TensorFlow and Beam themselves, the bundle being processed) does not
+# drop while it waits, so with every worker paused the job hung for good (seen at 6M examples
+# with 2 GiB workers). Workers here spill instead of pausing.
+WORKER_ENV = {"DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "False"}
 
 
 class ClusterError(Exception):
@@ -101,7 +106,12 @@ def start(
         log = open(os.path.join(state_dir, f"{name}.log"), "ab")  # noqa: SIM115
         logs.append(log)
         return subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, cwd=state_dir, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=state_dir,
+            start_new_session=True,
+            env=os.environ | WORKER_ENV,
         )
 
     scheduler = spawn(
