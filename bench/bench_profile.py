@@ -158,7 +158,15 @@ def _input_seconds_per_batch() -> float:
             "num_workers": 1,
             "image_shape": list(IMAGE_SHAPE),
             "splits": {"train": {"examples_per_worker": examples}},
-            "files": [{"path": relative, "split": "train", "worker": 0}],
+            "files": [
+                {
+                    "path": relative,
+                    "split": "train",
+                    "worker": 0,
+                    "size_bytes": os.path.getsize(os.path.join(tmp, relative)),
+                    "num_examples": examples,
+                }
+            ],
         }
         iterator = iter(data.train_dataset(tmp, shard_manifest, 0, BATCH, 1))
         return _seconds_per_call(lambda: next(iterator))
