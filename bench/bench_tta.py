@@ -42,8 +42,10 @@ def _env(threads: int) -> dict[str, str]:
     }
 
 
-def plain_keras_seconds_to_target() -> tuple[float, int]:
-    """In this process: the user's script. Returns (seconds to TARGET, epochs it took)."""
+def plain_keras_seconds_to_target(
+    per_worker: int = PER_WORKER, target: float = TARGET, max_epochs: int = MAX_EPOCHS
+) -> tuple[float, int]:
+    """In this process: the user's script. Returns (seconds to `target`, epochs it took)."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -54,10 +56,10 @@ def plain_keras_seconds_to_target() -> tuple[float, int]:
     started = _PROCESS_START
     tf.config.threading.set_intra_op_parallelism_threads(2)
     tf.config.threading.set_inter_op_parallelism_threads(2)
-    images, labels = fashion_mnist_arrays("train", 2 * PER_WORKER + NUM_VALIDATION)
+    images, labels = fashion_mnist_arrays("train", 2 * per_worker + NUM_VALIDATION)
     images = images.astype(np.float32)
-    train_x, val_x = images[: 2 * PER_WORKER], images[2 * PER_WORKER :]
-    train_y, val_y = labels[: 2 * PER_WORKER], labels[2 * PER_WORKER :]
+    train_x, val_x = images[: 2 * per_worker], images[2 * per_worker :]
+    train_y, val_y = labels[: 2 * per_worker], labels[2 * per_worker :]
     model = models.build("cnn", [28, 28, 1], 10)
     model.compile(
         optimizer=keras.optimizers.Adam(LEARNING_RATE),
@@ -68,7 +70,7 @@ def plain_keras_seconds_to_target() -> tuple[float, int]:
 
     class StopAtTarget(keras.callbacks.Callback):
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            if (logs or {}).get("val_accuracy", 0.0) >= TARGET:
+            if (logs or {}).get("val_accuracy", 0.0) >= target:
                 reached.append((time.perf_counter() - started, epoch + 1))
                 self.model.stop_training = True
 
@@ -76,25 +78,27 @@ def plain_keras_seconds_to_target() -> tuple[float, int]:
         train_x,
         train_y,
         batch_size=GLOBAL_BATCH,
-        epochs=MAX_EPOCHS,
+        epochs=max_epochs,
         validation_data=(val_x, val_y),
         callbacks=[StopAtTarget()],
         verbose=0,
     )
     if not reached:
-        raise RuntimeError(f"the plain script never reached {TARGET} in {MAX_EPOCHS} epochs")
+        raise RuntimeError(f"the plain script never reached {target} in {max_epochs} epochs")
     return reached[0]
 
 
-def stage_seconds_to_target(data_dir: str, train_dir: str) -> tuple[float, int]:
-    """The Train stage, 2 workers x 1 thread, timed to its first epoch line at TARGET."""
+def stage_seconds_to_target(
+    data_dir: str, train_dir: str, target: float = TARGET, max_epochs: int = MAX_EPOCHS
+) -> tuple[float, int]:
+    """The Train stage, 2 workers x 1 thread, timed to its first epoch line at `target`."""
     from contract.messages import parse_progress
 
     settings = {
         "data_dir": data_dir,
         "train_dir": train_dir,
         "model": "cnn",
-        "epochs": MAX_EPOCHS,
+        "epochs": max_epochs,
         "per_worker_batch_size": GLOBAL_BATCH // 2,
         "learning_rate": LEARNING_RATE,
         "threads_per_worker": 1,
@@ -120,25 +124,34 @@ def stage_seconds_to_target(data_dir: str, train_dir: str) -> tuple[float, int]:
         assert process.stdout is not None
         for line in process.stdout:
             progress = parse_progress(line.strip())
-            if progress and progress.get("val_accuracy", 0.0) >= TARGET:
+            if progress and progress.get("val_accuracy", 0.0) >= target:
                 return time.perf_counter() - started, int(progress["epoch"])
-        raise RuntimeError(f"the Train stage never reached {TARGET} (exit {process.wait()})")
+        raise RuntimeError(f"the Train stage never reached {target} (exit {process.wait()})")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 
-def run() -> list[Result]:
+def run(
+    per_worker: int = PER_WORKER, target: float = TARGET, max_epochs: int = MAX_EPOCHS
+) -> list[Result]:
     from bench.shard_sets import write_shard_set
 
     with tempfile.TemporaryDirectory(prefix="bench-tta-") as tmp:
         data_dir = os.path.join(tmp, "data")
         write_shard_set(
-            data_dir, num_workers=2, per_worker=PER_WORKER, num_validation=NUM_VALIDATION
+            data_dir, num_workers=2, per_worker=per_worker, num_validation=NUM_VALIDATION
         )
         out = subprocess.run(
-            [sys.executable, "-m", "bench.bench_tta"],
+            [
+                sys.executable,
+                "-m",
+                "bench.bench_tta",
+                str(per_worker),
+                str(target),
+                str(max_epochs),
+            ],
             cwd=PROJECT_ROOT,
             env=_env(2),
             capture_output=True,
@@ -146,10 +159,13 @@ def run() -> list[Result]:
             check=True,
         ).stdout.split()
         plain_seconds, plain_epochs = float(out[-2]), int(out[-1])
-        stage_seconds, stage_epochs = stage_seconds_to_target(data_dir, os.path.join(tmp, "t"))
+        stage_seconds, stage_epochs = stage_seconds_to_target(
+            data_dir, os.path.join(tmp, "t"), target, max_epochs
+        )
     return [
         Result(
-            benchmark=f"time to {TARGET} validation accuracy (cnn, 54k train, global batch 512)",
+            benchmark=f"time to {target} validation accuracy "
+            f"(cnn, {2 * per_worker:,} train, global batch {GLOBAL_BATCH})",
             candidate="Train stage, 2 workers x 1 thread",
             baseline="plain Keras script, 1 process x 2 threads",
             candidate_value=stage_seconds,
@@ -167,5 +183,8 @@ def run() -> list[Result]:
 
 
 if __name__ == "__main__":
-    seconds, epochs = plain_keras_seconds_to_target()
+    per_worker_arg, target_arg, max_epochs_arg = sys.argv[1:4]
+    seconds, epochs = plain_keras_seconds_to_target(
+        int(per_worker_arg), float(target_arg), int(max_epochs_arg)
+    )
     print(f"{seconds} {epochs}")
