@@ -14,7 +14,7 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from contract import atomic, layout, records, storage
-from preprocess import dask_support, plan, shard_set, sources, transforms
+from preprocess import dask_support, plan, reading, shard_set, sources, transforms
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
 from preprocess.errors import PreprocessError
 
@@ -100,28 +100,25 @@ def _build_pipeline(
     p: beam.Pipeline, cfg: PreprocessConfig, spec: sources.DatasetSpec, staging: str
 ) -> None:
     plans = make_plans(cfg, spec)
-    reader = transforms.ReadTfdsChunk(
+    reader = reading.TfdsChunkReader(
         spec.dataset_dir, spec.image_key, spec.label_key, cfg.batch_size
     )
-    batches, roles = {}, {}
+    chunks, roles = {}, {}
     for role, split in ((TRAIN_ROLE, cfg.train_split), (EVAL_ROLE, cfg.eval_split)):
         size = spec.split_sizes[split]
         label = role.title()
-        batches[role] = (
+        chunks[role] = (
             p
             | f"{label}Chunks"
-            >> beam.Create(
-                transforms.read_chunks(split, size, cfg.read_chunk_size), reshuffle=False
-            )
+            >> beam.Create(reading.read_chunks(split, size, cfg.read_chunk_size), reshuffle=False)
             | f"Distribute{label}Chunks" >> beam.Reshuffle()
-            | f"Read{label}" >> beam.ParDo(reader)
         )
         bits = transforms.bucket_bits(size, record_bytes(spec), cfg.bucket_bytes, MIN_BUCKETS)
         roles[role] = (plans[role], bits)
     # One chain to one last step: the DaskRunner computes only the graph's last step.
     _ = (
-        batches
-        | "Shard" >> transforms.ShardSplits(roles, cfg.seed, staging)
+        chunks
+        | "Shard" >> transforms.ShardSplits(roles, cfg.seed, staging, reader)
         | "ListEntries" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
         | "WriteFileList"
         >> beam.Map(lambda e: atomic.write_json_atomic(layout.join(staging, FILES_LIST), e))

@@ -122,7 +122,9 @@ def _writer_gone(staging: str) -> bool:
 
 def keep_only(staging: str, paths: list[str]) -> None:
     """Deletes everything in the staging folder but the listed files (relative paths): the
-    sorted buckets, the file list, the writer mark, and any temporary file a retried task left."""
+    sorted buckets, any fragments left, the file list, the writer mark, and any temporary file
+    a retried task left."""
+    remove(layout.join(staging, transforms.FRAGMENTS_DIR))
     remove(layout.join(staging, transforms.BUCKETS_DIR))
     keep = set(paths)
     for folder, _, names in tf.io.gfile.walk(staging):

@@ -1,15 +1,16 @@
-"""The Beam steps of the stage: read TFDS in chunks, key records, rank them, write shard files.
-
-Elements are batches (lists) of records, not single records, to keep Beam's per-element
-overhead off the hot path.
+"""The Beam steps of the stage: key records, spill them by bucket, rank them, write shard files.
 
 Ranking without global state: a record's key is sha256(seed, record); its bucket is the key's
-first bits, so bucket order is key order. Records are grouped by bucket; each bucket is sorted
-and spilled to one staging file, and only its (count, bytes) travel on. From those few numbers
-one step works out every record's global rank (the buckets before it plus its place inside)
-and cuts the plan's files into byte ranges of the spilled buckets, which are then copied in
-parallel (TFRecord files concatenate byte-wise). A worker holds at most one bucket at a time,
-and the output does not depend on the number of buckets, the runner or the bundle order.
+first bits, so bucket order is key order. The step that reads a chunk keys its records and
+writes them, one fragment file per bucket the chunk touches, under `_fragments/`; only (bucket,
+fragment path, count) travels on, so the records themselves never go through the runner's
+shuffle. The fragment paths are grouped by bucket; each bucket's fragments are read, sorted and
+spilled to one staging file, and only its (count, path) travel on. From those few numbers one
+step works out every record's global rank (the buckets before it plus its place inside) and
+cuts the plan's files into byte ranges of the spilled buckets, which are then copied in
+parallel (TFRecord files concatenate byte-wise). A worker holds one read chunk or one bucket
+at a time, and the output does not depend on the number of buckets, the chunking, the runner
+or the bundle order.
 
 The graph is one chain ending in one step, uses no side inputs, tagged outputs or Beam sinks,
 and writes files by absolute path through a temporary name: the constructs that Beam's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import hashlib
 import math
 import posixpath
@@ -32,90 +34,19 @@ from typing import Any
 import apache_beam as beam
 import tensorflow as tf
 
-from contract import layout, records
+from contract import layout
+from preprocess.reading import Chunk, ChunkReader
 
 Keyed = tuple[bytes, bytes]  # (sha256 key, serialised record)
 BucketId = tuple[str, int]  # (source role: "train" or "eval", bucket number)
+FragmentRef = tuple[str, int]  # (file of one chunk's records of one bucket, record count)
 Piece = tuple[str, int, int]  # (spilled bucket file, first record, end record)
 CopyTask = tuple[str, str, int | None, list[Piece]]  # (path, split, worker, pieces)
 MakePlan = Callable[[int], Any]  # number of examples -> plan.TrainPlan / plan.WholeSplitPlan
+FRAGMENTS_DIR = "_fragments"
 BUCKETS_DIR = "_buckets"
 MAX_BUCKET_BITS = 20
-
-
-def read_chunks(split: str, num_examples: int, chunk_size: int) -> list[tuple[str, int, int]]:
-    """Cuts a TFDS split into (split, start, end) ranges that readers take in parallel."""
-    return [
-        (split, s, min(s + chunk_size, num_examples)) for s in range(0, num_examples, chunk_size)
-    ]
-
-
-class ReadTfdsChunk(beam.DoFn):
-    """Reads one range of a prepared TFDS split and emits batches of encoded records.
-
-    TFRecord-backed datasets are parsed and decoded a batch at a time in one tf.data graph
-    (TFDS's own per-example reader costs more than everything else in this stage); images go
-    through tf.io.decode_image, the decoder TFDS's Image feature uses, so pixels match TFDS.
-    Other file formats (array_record) fall back to TFDS's reader.
-    """
-
-    def __init__(self, dataset_dir: str, image_key: str, label_key: str, batch_size: int):
-        self._dataset_dir = dataset_dir
-        self._image_key = image_key
-        self._label_key = label_key
-        self._batch_size = batch_size
-        self._builder: Any = None
-
-    def setup(self) -> None:
-        import tensorflow_datasets as tfds
-
-        self._builder = tfds.builder_from_directory(self._dataset_dir)
-
-    def process(self, chunk: tuple[str, int, int]) -> Iterator[list[bytes]]:
-        split, start, end = chunk
-        for batch in self._batches(f"{split}[{start}:{end}]"):
-            images, labels = batch[self._image_key], batch[self._label_key]
-            yield [
-                records.encode_example(i, int(lbl)) for i, lbl in zip(images, labels, strict=True)
-            ]
-
-    def _batches(self, split: str) -> Iterator[dict[str, Any]]:
-        import tensorflow_datasets as tfds
-
-        info = self._builder.info
-        if info.file_format != tfds.core.FileFormat.TFRECORD:
-            dataset = self._builder.as_dataset(split=split, shuffle_files=False)
-            yield from dataset.batch(self._batch_size).prefetch(1).as_numpy_iterator()
-            return
-        shape = info.features[self._image_key].shape
-        spec = {
-            self._image_key: tf.io.FixedLenFeature([], tf.string),
-            self._label_key: tf.io.FixedLenFeature([], tf.int64),
-        }
-
-        def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-            # The decoder TFDS's Image feature uses, without its per-example Python wrapping.
-            image = tf.io.decode_image(encoded, channels=shape[-1], expand_animations=False)
-            return tf.ensure_shape(image, shape)
-
-        @tf.autograph.experimental.do_not_convert
-        def decode(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-            parsed = tf.io.parse_example(serialized, spec)
-            images = tf.map_fn(
-                decode_image,
-                parsed[self._image_key],
-                fn_output_signature=tf.TensorSpec(shape, tf.uint8),
-                parallel_iterations=16,
-            )
-            return {self._image_key: images, self._label_key: parsed[self._label_key]}
-
-        for instruction in info.splits[split].file_instructions:
-            dataset = tf.data.TFRecordDataset(instruction.filename)
-            dataset = dataset.skip(instruction.skip).take(instruction.take)
-            dataset = dataset.batch(self._batch_size).map(
-                decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-            )
-            yield from dataset.prefetch(1).as_numpy_iterator()
+KEY_BYTES = 32  # a fragment record is key + record: sorting those sorts by (key, record)
 
 
 def key_records(batch: list[bytes], seed: str) -> list[Keyed]:
@@ -140,20 +71,13 @@ def bucket_of(key: bytes, bits: int) -> int:
     return int.from_bytes(key[:4], "big") >> (32 - bits) if bits else 0
 
 
-class KeyIntoBuckets(beam.DoFn):
-    """A batch of records → (bucket id, the batch's keyed records of that bucket) pieces."""
-
-    def __init__(self, role: str, seed: str, bits: int):
-        self._role = role
-        self._seed = seed
-        self._bits = bits
-
-    def process(self, batch: list[bytes]) -> Iterator[tuple[BucketId, list[Keyed]]]:
-        parts: dict[int, list[Keyed]] = collections.defaultdict(list)
-        for keyed in key_records(batch, self._seed):
-            parts[bucket_of(keyed[0], self._bits)].append(keyed)
-        for bucket in sorted(parts):
-            yield (self._role, bucket), parts[bucket]
+def fragment_path(staging_dir: str, role: str, bucket: int, chunk: Chunk) -> str:
+    """Where one chunk's records of one bucket wait to be sorted. The name depends only on
+    the chunk and the bucket, so a retried read overwrites its fragments instead of adding some."""
+    _, start, end = chunk
+    return layout.join(
+        staging_dir, FRAGMENTS_DIR, role, f"{bucket:07d}", f"{start:012d}-{end:012d}.tfrecord"
+    )
 
 
 def bucket_path(staging_dir: str, role: str, bucket: int) -> str:
@@ -173,27 +97,94 @@ def write_file_atomic(path: str, write: Callable[[str], None]) -> None:
             tf.io.gfile.remove(temp)
 
 
-class SortBucket(beam.DoFn):
-    """Sorts one bucket's records by (key, record), spills them as TFRecords, emits its size.
+def write_records(path: str, records: Iterable[bytes]) -> None:
+    """Writes records as one TFRecord file."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
 
-    Identical records share a key and land next to each other, each with its own rank.
+
+def read_records(path: str) -> list[bytes]:
+    """The records of a TFRecord file (framing stripped; the file is read whole)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    offsets = record_offsets(data)
+    # A record is framed as length (8 bytes), its CRC (4), the data, the data's CRC (4).
+    return [data[begin + 12 : end - 4] for begin, end in zip(offsets, offsets[1:], strict=False)]
+
+
+class SpillFragments(beam.DoFn):
+    """Reads one chunk, keys its records and writes them as one fragment file per bucket the
+    chunk touches; emits (bucket id, (fragment path, count)) per fragment and nothing bigger.
+
+    The chunk is held in memory while it is cut by bucket (its size is the read chunk size),
+    then each fragment is written in turn through a temporary name.
+    """
+
+    def __init__(self, reader: ChunkReader, role: str, seed: str, bits: int, staging_dir: str):
+        self._reader = reader
+        self._role = role
+        self._seed = seed
+        self._bits = bits
+        self._staging_dir = staging_dir
+
+    def setup(self) -> None:
+        self._reader.setup()
+
+    def key(self, batch: list[bytes]) -> list[Keyed]:
+        """The batch's records with their keys."""
+        return key_records(batch, self._seed)
+
+    def process(self, chunk: Chunk) -> Iterator[tuple[BucketId, FragmentRef]]:
+        parts: dict[int, list[bytes]] = collections.defaultdict(list)
+        for batch in self._reader.read(chunk):
+            for key, record in self.key(batch):
+                parts[bucket_of(key, self._bits)].append(key + record)
+        for bucket in sorted(parts):
+            blobs = parts.pop(bucket)
+            path = fragment_path(self._staging_dir, self._role, bucket, chunk)
+            write_file_atomic(path, functools.partial(write_records, records=blobs))
+            yield (self._role, bucket), (path, len(blobs))
+
+
+def write_sorted(path: str, counts: dict[str, int]) -> None:
+    """Writes the records of the fragments (path → record count) sorted by (key, record).
+
+    Raises:
+        ValueError: a fragment holds another number of records than its count.
+    """
+    blobs: list[bytes] = []
+    for fragment, count in sorted(counts.items()):
+        records = read_records(fragment)
+        if len(records) != count:
+            raise ValueError(f"{fragment} holds {len(records)} records, not {count}")
+        blobs.extend(records)
+    blobs.sort()
+    write_records(path, (blob[KEY_BYTES:] for blob in blobs))
+
+
+class SortBucket(beam.DoFn):
+    """Reads one bucket's fragments, sorts its records by (key, record), spills them as
+    TFRecords, removes the fragments and emits the bucket's size.
+
+    Identical records share a key and land next to each other, each with its own rank. A retry
+    after the bucket file was written (and some fragments removed) keeps that file: it was renamed
+    into place whole, from every fragment of the bucket.
     """
 
     def __init__(self, staging_dir: str):
         self._staging_dir = staging_dir
 
-    def process(self, element: tuple[BucketId, Iterable[list[Keyed]]]) -> Iterator[dict[str, Any]]:
-        (role, bucket), parts = element
-        keyed = sorted(k for part in parts for k in part)
+    def process(self, element: tuple[BucketId, Iterable[FragmentRef]]) -> Iterator[dict[str, Any]]:
+        (role, bucket), refs = element
+        counts = dict(refs)  # a repeated element names the same file: it is read once
         path = bucket_path(self._staging_dir, role, bucket)
-
-        def write(temp: str) -> None:
-            with tf.io.TFRecordWriter(temp) as writer:
-                for _, record in keyed:
-                    writer.write(record)
-
-        write_file_atomic(path, write)
-        yield {"role": role, "bucket": bucket, "count": len(keyed), "path": path}
+        if not tf.io.gfile.exists(path):
+            write_file_atomic(path, functools.partial(write_sorted, counts=counts))
+        for fragment in counts:
+            if tf.io.gfile.exists(fragment):
+                tf.io.gfile.remove(fragment)
+        yield {"role": role, "bucket": bucket, "count": sum(counts.values()), "path": path}
 
 
 def record_offsets(data: bytes) -> list[int]:
@@ -274,31 +265,41 @@ class WriteFile(beam.DoFn):
 
 
 class ShardSplits(beam.PTransform):
-    """Batches of records per source role → file entries of the shard files written for them.
+    """Read chunks per source role → file entries of the shard files written for them.
 
     Args:
         roles: role ("train", "eval") → (plan maker: number of examples → plan, bucket bits).
         seed: mixed into every key, so a different seed gives a different assignment.
-        staging_dir: absolute folder the files are written into (buckets under `_buckets/`).
+        staging_dir: absolute folder the files are written into (fragments under `_fragments/`,
+            buckets under `_buckets/`).
+        reader: reads a chunk's records; it runs inside the step that spills them.
     """
 
-    def __init__(self, roles: dict[str, tuple[MakePlan, int]], seed: str, staging_dir: str):
+    def __init__(
+        self,
+        roles: dict[str, tuple[MakePlan, int]],
+        seed: str,
+        staging_dir: str,
+        reader: ChunkReader,
+    ):
         super().__init__()
         self._roles = roles
         self._seed = seed
         self._staging_dir = staging_dir
+        self._reader = reader
 
-    def expand(self, batches: dict[str, beam.PCollection]) -> beam.PCollection:
-        keyed = [
-            batches[role]
-            | f"Key{role.title()}" >> beam.ParDo(KeyIntoBuckets(role, self._seed, bits))
+    def expand(self, chunks: dict[str, beam.PCollection]) -> beam.PCollection:
+        fragments = [
+            chunks[role]
+            | f"Read{role.title()}"
+            >> beam.ParDo(SpillFragments(self._reader, role, self._seed, bits, self._staging_dir))
             for role, (_, bits) in sorted(self._roles.items())
         ]
         make_plans = {role: make_plan for role, (make_plan, _) in self._roles.items()}
         return (
-            keyed
-            | "MergeBuckets" >> beam.Flatten()
-            | "GroupByBucket" >> beam.GroupByKey()
+            fragments
+            | "MergeFragments" >> beam.Flatten()
+            | "GroupFragmentsByBucket" >> beam.GroupByKey()
             | "SortBuckets" >> beam.ParDo(SortBucket(self._staging_dir))
             | "GatherBucketSizes"
             >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()

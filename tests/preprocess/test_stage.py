@@ -157,15 +157,15 @@ def test_missing_sources_for_a_fresh_build_leave_nothing(make_config, tmp_path):
 def test_a_runner_that_loses_a_record_is_refused_and_nothing_is_published(make_config, monkeypatch):
     from preprocess import transforms
 
-    keyed = transforms.KeyIntoBuckets.process
+    keyed = transforms.SpillFragments.key
 
     def lose_one(self, batch):
         if self._role == "train" and not hasattr(lose_one, "done"):
             lose_one.done = True  # the first train batch loses its first record
             batch = batch[1:]
-        yield from keyed(self, batch)
+        return keyed(self, batch)
 
-    monkeypatch.setattr(transforms.KeyIntoBuckets, "process", lose_one)
+    monkeypatch.setattr(transforms.SpillFragments, "key", lose_one)
     cfg = make_config()
     with pytest.raises(PreprocessError) as refused:
         run_preprocess(cfg)

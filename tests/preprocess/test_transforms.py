@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import pathlib
 import random
 
 import apache_beam as beam
@@ -14,7 +15,7 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that
 
 from contract import layout
-from preprocess import plan, transforms
+from preprocess import plan, reading, transforms
 
 
 def train_plan(num_workers: int, per_file: int = 1000, validation: float = 0.1):
@@ -26,14 +27,39 @@ def train_plan(num_workers: int, per_file: int = 1000, validation: float = 0.1):
     )
 
 
+class ListReader:
+    """Reads chunks of an in-memory list of records, in batches (the TFDS reader's interface)."""
+
+    def __init__(self, records: list[bytes], batch_size: int):
+        self._records = records
+        self._batch_size = batch_size
+
+    def setup(self) -> None:
+        pass
+
+    def read(self, chunk):
+        _, start, end = chunk
+        for i in range(start, end, self._batch_size):
+            yield self._records[i : min(i + self._batch_size, end)]
+
+
 def shard(
-    records: list[bytes], staging: str, make_plan, bits: int, batch_size: int = 10, check=None
+    records: list[bytes],
+    staging: str,
+    make_plan,
+    bits: int,
+    batch_size: int = 10,
+    check=None,
+    chunk_size: int = 30,
 ) -> None:
-    batches = [records[i : i + batch_size] for i in range(0, len(records), batch_size)]
+    chunks = reading.read_chunks("train", len(records), chunk_size)
     with test_pipeline.TestPipeline(runner=fn_runner.FnApiRunner()) as p:
-        source = p | "Batches" >> beam.Create(batches, reshuffle=False)
+        source = p | "Chunks" >> beam.Create(chunks, reshuffle=False)
         entries = {"train": source} | "Shard" >> transforms.ShardSplits(
-            {"train": (make_plan, bits)}, seed="s", staging_dir=staging
+            {"train": (make_plan, bits)},
+            seed="s",
+            staging_dir=staging,
+            reader=ListReader(records, batch_size),
         )
         if check is not None:
             assert_that(entries, check)
@@ -122,13 +148,65 @@ def test_more_workers_than_buckets_hold(tmp_path):
 def test_bundle_arrangement_does_not_change_bytes(tmp_path):
     shuffled = list(RECORDS)
     random.Random(1).shuffle(shuffled)
-    shard(RECORDS, str(tmp_path / "a"), train_plan(4), bits=3, batch_size=7)
-    shard(shuffled, str(tmp_path / "b"), train_plan(4), bits=2, batch_size=40)
+    shard(RECORDS, str(tmp_path / "a"), train_plan(4), bits=3, batch_size=7, chunk_size=20)
+    shard(shuffled, str(tmp_path / "b"), train_plan(4), bits=2, batch_size=40, chunk_size=103)
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.tfrecord"))
     assert len([f for f in files if transforms.BUCKETS_DIR not in str(f)]) == 5
     for rel in files:
         if transforms.BUCKETS_DIR not in str(rel):
             assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+def test_records_reach_the_shuffle_only_as_fragment_paths_which_are_then_removed(tmp_path):
+    # Every chunk's records of a bucket are in one fragment file; what a read step emits is
+    # its path and count, and sorting the bucket removes its fragments.
+    staging = str(tmp_path)
+    spill = transforms.SpillFragments(ListReader(RECORDS, 7), "train", "s", 2, staging)
+    spill.setup()
+    emitted = [e for chunk in reading.read_chunks("train", 103, 40) for e in spill.process(chunk)]
+    assert all(isinstance(path, str) and isinstance(n, int) for _, (path, n) in emitted)
+    assert len(emitted) == len({path for _, (path, _) in emitted}) <= 3 * 4  # chunks x buckets
+    for (role, bucket), (path, count) in emitted:
+        keys = [r[: transforms.KEY_BYTES] for r in transforms.read_records(path)]
+        assert role == "train" and len(keys) == count
+        assert {transforms.bucket_of(k, 2) for k in keys} == {bucket}
+    assert sum(n for _, (_, n) in emitted) == 103
+    groups = collections.defaultdict(list)
+    for bucket_id, ref in emitted:
+        groups[bucket_id].append(ref)
+    sort = transforms.SortBucket(staging)
+    sizes = [s for group in sorted(groups.items()) for s in sort.process(group)]
+    assert sum(s["count"] for s in sizes) == 103
+    assert not list((tmp_path / transforms.FRAGMENTS_DIR).rglob("*.tfrecord"))
+
+
+def test_a_retried_read_or_sort_gives_the_same_files_once(tmp_path):
+    staging = str(tmp_path)
+    spill = transforms.SpillFragments(ListReader(RECORDS, 10), "train", "s", 1, staging)
+    spill.setup()
+    chunk = ("train", 0, 50)
+    first = list(spill.process(chunk))
+    before = {p: pathlib.Path(p).read_bytes() for _, (p, _) in first}
+    assert list(spill.process(chunk)) == first  # the retry overwrites the same files
+    on_disk = sorted(str(p) for p in (tmp_path / transforms.FRAGMENTS_DIR).rglob("*"))
+    assert [p for p in on_disk if p.endswith(".tfrecord")] == sorted(before)
+    assert {p: pathlib.Path(p).read_bytes() for p in before} == before
+    sort = transforms.SortBucket(staging)
+    (bucket_id, ref) = first[0]
+    done = list(sort.process((bucket_id, [ref, ref])))  # a repeated element: one fragment
+    assert done[0]["count"] == ref[1]
+    sorted_bytes = pathlib.Path(done[0]["path"]).read_bytes()
+    # A retry after the fragments were removed keeps the bucket file it wrote.
+    assert list(sort.process((bucket_id, [ref]))) == done
+    assert pathlib.Path(done[0]["path"]).read_bytes() == sorted_bytes
+
+
+def test_a_fragment_with_another_count_is_refused(tmp_path):
+    spill = transforms.SpillFragments(ListReader(RECORDS, 10), "train", "s", 0, str(tmp_path))
+    spill.setup()
+    [(bucket_id, (path, count))] = spill.process(("train", 0, 20))
+    with pytest.raises(ValueError, match=r"holds 20 records, not 21"):
+        list(transforms.SortBucket(str(tmp_path)).process((bucket_id, [(path, count + 1)])))
 
 
 def test_seed_changes_the_assignment():
