@@ -54,8 +54,9 @@ def prepare(beam_args: list[str], data_bytes: int, bucket_bytes: int) -> list[st
     """Ships the project's code to the cluster's workers and, unless the user chose a
     partitioning, asks for partitions of about `bucket_bytes` (at least two per worker).
 
-    Dask holds a partition's output in memory, so the partition size bounds a worker's memory;
-    Beam's default (128 read tasks per partition) would put a whole dataset in one.
+    Only paths and counts travel between steps (records go through fragment files), so the
+    partition count sets parallelism: Beam's default (128 read tasks per partition) would put
+    a whole dataset's reads in one task and leave the other workers idle.
 
     Returns:
         The Beam flags to run with.
