@@ -35,7 +35,13 @@ EXACT_RUN = {
 STEPS_PER_EPOCH = 16
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
 # What must match between runs: everything in history.json but this attempt's own figures.
-ATTEMPT_KEYS = ("attempt", "resumed_from_step", "examples_per_second", "wall_time_seconds")
+ATTEMPT_KEYS = (
+    "attempt",
+    "resumed_from_step",
+    "examples_per_second",
+    "wall_time_seconds",
+    "fit_return_seconds",
+)
 
 
 def outcome(train_dir: str) -> tuple[str, dict]:
