@@ -74,7 +74,7 @@ def test_history_is_sane(finished_run):
     assert doc["model"] == "mlp" and doc["stopped_early"] is False
     assert 1 <= doc["best_epoch"] <= epochs
     assert doc["examples_per_second"] > 0 and doc["wall_time_seconds"] > 0
-    assert doc["fit_return_seconds"] >= 0  # recorded; how long it takes is for bench/
+    assert "fit_return_seconds" in doc  # recorded; how long it takes is for bench/, not here
     assert doc["history"]["loss"][-1] < doc["history"]["loss"][0]
     assert all(0.0 <= a <= 1.0 for a in doc["history"]["val_accuracy"])
 
