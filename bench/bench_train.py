@@ -28,7 +28,8 @@ GLOBAL_BATCH = 512  # the shipped setting: 256 per worker, two workers
 READ_PASSES = 10
 
 
-def _env(threads: int) -> dict[str, str]:
+def stage_env(threads: int) -> dict[str, str]:
+    """The environment of a stage or benchmark subprocess using `threads` OpenMP threads."""
     return {
         **os.environ,
         "TF_USE_LEGACY_KERAS": "1",
@@ -43,7 +44,7 @@ def _measure(kind: str, data_dir: str) -> float:
     out = subprocess.run(
         [sys.executable, "-m", "bench.bench_train", kind, data_dir],
         cwd=PROJECT_ROOT,
-        env=_env(2),
+        env=stage_env(2),
         capture_output=True,
         text=True,
         check=True,
@@ -114,7 +115,7 @@ def _train_rate(data_dir: str, train_dir: str, num_workers: int, threads: int) -
     if num_workers > 1:
         argv += ["--num-workers", str(num_workers), "--max-restarts", "0"]
     shutil.rmtree(train_dir, ignore_errors=True)
-    subprocess.run(argv, cwd=PROJECT_ROOT, env=_env(threads), capture_output=True, check=True)
+    subprocess.run(argv, cwd=PROJECT_ROOT, env=stage_env(threads), capture_output=True, check=True)
     with open(os.path.join(train_dir, "history.json")) as f:
         return float(json.load(f)["examples_per_second"])
 

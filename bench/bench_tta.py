@@ -19,9 +19,9 @@ import sys
 import tempfile
 import time
 
+from bench.bench_train import PROJECT_ROOT, stage_env
 from bench.result import Result
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 0.91  # validation accuracy
 MAX_EPOCHS = 20
 PER_WORKER = 27000  # 2 workers: 54k train examples, as preprocess leaves them by default
@@ -30,16 +30,6 @@ GLOBAL_BATCH = 512
 LEARNING_RATE = 0.003
 GOAL = 1 / 1.15  # the stage within 1.15x of the plain script's time
 _PROCESS_START = time.perf_counter()  # the plain script's clock starts with its process
-
-
-def _env(threads: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": PROJECT_ROOT,
-        "OMP_NUM_THREADS": str(threads),
-    }
 
 
 def plain_keras_seconds_to_target(
@@ -114,7 +104,7 @@ def stage_seconds_to_target(
     process = subprocess.Popen(
         argv,
         cwd=PROJECT_ROOT,
-        env=_env(1),
+        env=stage_env(1),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -153,7 +143,7 @@ def run(
                 str(max_epochs),
             ],
             cwd=PROJECT_ROOT,
-            env=_env(2),
+            env=stage_env(2),
             capture_output=True,
             text=True,
             check=True,

@@ -1,25 +1,14 @@
 """Blessing: is this model good enough to serve, judged against thresholds and the last blessed run.
 
 The last blessed run is whatever `<output_root>/latest.json` points at ("last night's model").
-Only a blessed run moves that pointer, and it moves by write-temp-then-rename, so a reader sees
-either the old pointer or the new one.
+Only a blessed run moves that pointer (`contract.pointer.write`, write-temp-then-rename), so a
+reader sees either the old pointer or the new one.
 """
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
-
-import tensorflow as tf
-
-from contract import atomic
-
-
-def read_pointer(path: str) -> dict[str, Any] | None:
-    """The `latest` pointer, or None before the first blessed run."""
-    if not tf.io.gfile.exists(path):
-        return None
-    return atomic.read_json(path)
 
 
 def decide(
@@ -103,8 +92,3 @@ def decide(
         "moves_latest_pointer": move_pointer,
         "decided_utc": datetime.datetime.now(datetime.UTC).isoformat(),
     }
-
-
-def update_pointer(path: str, pointer: dict[str, Any]) -> None:
-    """Points `latest` at a newly blessed run, atomically (temporary file, then rename)."""
-    atomic.write_json_atomic(path, pointer)

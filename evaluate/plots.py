@@ -23,28 +23,35 @@ from contract import atomic  # noqa: E402
 _TREND_MARKS = ((True, "blessed", "o", "#1a7f37"), (False, "not blessed", "X", "#cf222e"))
 
 
-def _save_png(figure: Figure, path: str) -> None:
+def _save_png(figure: Figure, path: str) -> bytes:
+    """Writes the figure as a PNG, atomically, and returns the PNG's bytes."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)
-    atomic.write_bytes_atomic(path, buffer.getvalue())
+    png = buffer.getvalue()
+    atomic.write_bytes_atomic(path, png)
+    return png
 
 
-def write_confusion_matrix(matrix: list[list[int]], class_names: list[str], path: str) -> None:
-    """Draws the confusion matrix (counts, true classes down, predictions across)."""
+def write_confusion_matrix(matrix: list[list[int]], class_names: list[str], path: str) -> bytes:
+    """Draws the confusion matrix (counts, true classes down, predictions across); returns
+    the PNG written."""
     figure, axes = plt.subplots(figsize=(9, 8))
     display = ConfusionMatrixDisplay(np.asarray(matrix), display_labels=class_names)
     display.plot(ax=axes, cmap="Blues", xticks_rotation=45, colorbar=True, values_format="d")
     axes.set_title("Confusion matrix on the eval split")
-    _save_png(figure, path)
+    return _save_png(figure, path)
 
 
-def write_training_curves(history: dict[str, Any], path: str) -> None:
+def write_training_curves(history: dict[str, Any], path: str) -> bytes:
     """Draws loss, accuracy and (when recorded) the learning rate per epoch.
 
     Args:
         history: the train stage's history.json `history` object (metric name -> per-epoch).
         path: where the PNG goes.
+
+    Returns:
+        The PNG written.
     """
     panels = [("loss", "Loss"), ("accuracy", "Accuracy")]
     if history.get("learning_rate"):
@@ -68,7 +75,7 @@ def write_training_curves(history: dict[str, Any], path: str) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     figure.suptitle("Training curves (chief's history)")
-    _save_png(figure, path)
+    return _save_png(figure, path)
 
 
 def write_trend(dates: list[str], accuracies: list[float], blessed: list[bool], path: str) -> None:

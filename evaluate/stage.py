@@ -106,17 +106,17 @@ def _comparable_baseline(
 
 
 def _write_verdict(
-    config: EvaluateConfig, metrics: dict[str, Any], verdict: dict[str, Any]
+    config: EvaluateConfig,
+    metrics: dict[str, Any],
+    verdict: dict[str, Any],
+    pictures: dict[str, bytes],
 ) -> None:
-    """Writes report.md, report.html (pictures embedded) and blessing.json for this verdict."""
+    """Writes report.md, report.html (`pictures`, PNG bytes by file name, embedded) and
+    blessing.json for this verdict."""
     out = config.evaluate_dir
     atomic.write_bytes_atomic(
         layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
     )
-    pictures = {}
-    for name in (report.CONFUSION_MATRIX_PNG, report.TRAINING_CURVES_PNG):
-        with tf.io.gfile.GFile(layout.join(out, name), "rb") as f:
-            pictures[name] = f.read()
     atomic.write_bytes_atomic(
         layout.join(out, report_page.REPORT_HTML_FILE),
         report_page.render(metrics, verdict, pictures).encode(),
@@ -166,12 +166,16 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
 
     out = config.evaluate_dir
     tf.io.gfile.makedirs(out)
-    plots.write_confusion_matrix(
-        metrics["confusion_matrix"]["matrix"],
-        list(doc["class_names"]),
-        layout.join(out, report.CONFUSION_MATRIX_PNG),
-    )
-    plots.write_training_curves(history["history"], layout.join(out, report.TRAINING_CURVES_PNG))
+    pictures = {
+        report.CONFUSION_MATRIX_PNG: plots.write_confusion_matrix(
+            metrics["confusion_matrix"]["matrix"],
+            list(doc["class_names"]),
+            layout.join(out, report.CONFUSION_MATRIX_PNG),
+        ),
+        report.TRAINING_CURVES_PNG: plots.write_training_curves(
+            history["history"], layout.join(out, report.TRAINING_CURVES_PNG)
+        ),
+    }
     # Reading, deciding and moving the pointer happen under the lock shared with supersede;
     # metrics.json, the completion marker, is written after the pointer moved (see
     # contract.pointer for why a crash in between stays consistent).
@@ -197,7 +201,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
                 "(its evaluation is not finished yet)"
             )
         metrics["blessed"] = verdict["blessed"]
-        _write_verdict(config, metrics, verdict)
+        _write_verdict(config, metrics, verdict, pictures)
         if verdict["moves_latest_pointer"]:
             # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
             pointer.write(

@@ -181,16 +181,12 @@ def train_dataset(
             files, seed, worker, steps, per_worker_batch_size, plan.window
         )
     parse = _parse(shard_manifest["image_shape"])
-    if augment == "off":
-        dataset = (
-            tf.data.Dataset.counter(start_epoch)
-            .flat_map(epoch_batches)
-            .skip(start_step)
-            .map(parse, num_parallel_calls=AUTOTUNE)
-        )
-    else:
+    batches_of_epoch: Callable[[tf.Tensor], tf.data.Dataset] = epoch_batches
+    to_examples: Callable[..., tuple[tf.Tensor, tf.Tensor]] = parse
+    if augment != "off":
 
-        def keyed_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        def batches_of_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+            # Each batch with its augmentation key: a function of (seed, worker, epoch, index).
             stream = tf.random.experimental.stateless_fold_in(
                 epoch_key(seed, worker, epoch), _AUGMENT_STREAM
             )
@@ -200,16 +196,16 @@ def train_dataset(
                 .map(lambda i, b: (b, tf.random.experimental.stateless_fold_in(stream, i)))
             )
 
-        def parse_and_augment(batch: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def to_examples(batch: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             images, labels = parse(batch)
             return flip_shift(images, key, AUGMENT_SHIFT), labels
 
-        dataset = (
-            tf.data.Dataset.counter(start_epoch)
-            .flat_map(keyed_batches)
-            .skip(start_step)
-            .map(parse_and_augment, num_parallel_calls=AUTOTUNE)
-        )
+    dataset = (
+        tf.data.Dataset.counter(start_epoch)
+        .flat_map(batches_of_epoch)
+        .skip(start_step)
+        .map(to_examples, num_parallel_calls=AUTOTUNE)
+    )
     return _no_auto_shard(dataset.prefetch(AUTOTUNE))
 
 
