@@ -35,6 +35,30 @@ def cnn(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     return keras.Model(inputs, outputs, name="cnn")
 
 
+def cnn2(image_shape: Sequence[int], num_classes: int) -> keras.Model:
+    """The default since 2026-11: `cnn`'s layers reordered for CPU speed, dropout only in the head.
+
+    Each block pools right after its convolution, so batch norm and ReLU run on a quarter of
+    the pixels; with no dropout in the blocks (on-the-fly augmentation regularises instead),
+    nothing else at full resolution is kept for the backward pass. Same weights as `cnn`.
+    """
+    layers = keras.layers
+    inputs = keras.Input(shape=tuple(image_shape), dtype="float32", name="image")
+    x = layers.Rescaling(1.0 / 255.0)(inputs)
+    for filters in (32, 64):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = layers.MaxPooling2D()(x)
+        x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
+        x = layers.Activation("relu")(x)
+    x = layers.Flatten()(x)
+    x = layers.Dense(128, use_bias=False)(x)
+    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
+    x = layers.Activation("relu")(x)
+    x = layers.Dropout(0.4)(x)
+    outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    return keras.Model(inputs, outputs, name="cnn2")
+
+
 def mlp(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     """A small dense baseline, quick enough for tests."""
     layers = keras.layers
@@ -47,7 +71,7 @@ def mlp(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     return keras.Model(inputs, outputs, name="mlp")
 
 
-MODELS: dict[str, Builder] = {"cnn": cnn, "mlp": mlp}
+MODELS: dict[str, Builder] = {"cnn": cnn, "cnn2": cnn2, "mlp": mlp}
 
 
 def check_name(name: str) -> None:

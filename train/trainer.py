@@ -7,9 +7,14 @@ import tf_keras as keras
 
 
 def all_reduce_flat(
-    grads: list[tf.Tensor], options: tf.distribute.experimental.CommunicationOptions
+    grads: list[tf.Tensor],
+    variables: list[tf.Variable],
+    options: tf.distribute.experimental.CommunicationOptions,
 ) -> list[tf.Tensor]:
     """Sums gradients across workers in ONE collective over their concatenation.
+
+    Shapes come from the variables: a gradient's static shape can be unknown (pooling's
+    gradient through a reshape loses it), a variable's never is.
 
     One timed collective per tensor would park one timer thread each for the timeout's
     length (see `cluster.make_strategy`); one over the concatenation parks one.
@@ -18,8 +23,8 @@ def all_reduce_flat(
     total = tf.distribute.get_replica_context().all_reduce(
         tf.distribute.ReduceOp.SUM, flat, options=options
     )
-    pieces = tf.split(total, [g.shape.num_elements() for g in grads])
-    return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads, strict=True)]
+    pieces = tf.split(total, [v.shape.num_elements() for v in variables])
+    return [tf.reshape(p, v.shape) for p, v in zip(pieces, variables, strict=True)]
 
 
 class Trainer(keras.Model):
@@ -59,7 +64,7 @@ class Trainer(keras.Model):
             y_pred = self(x, training=True)
             loss = self.compute_loss(x, y, y_pred)
         variables = self.trainable_variables
-        grads = all_reduce_flat(tape.gradient(loss, variables), self.collective_options)
+        grads = all_reduce_flat(tape.gradient(loss, variables), variables, self.collective_options)
         self._write_histograms(grads, variables)
         self.optimizer.apply_gradients(
             zip(grads, variables, strict=True), skip_gradients_aggregation=True

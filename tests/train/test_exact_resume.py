@@ -33,6 +33,17 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
+# The nightly run's recipe (luigi.cfg [Train]): its model, on-the-fly augmentation, a warmed-up
+# cosine schedule and label smoothing, all of whose state a resume must put back.
+NIGHTLY_RECIPE = {
+    "model": "cnn2",
+    "epochs": 3,
+    "augment": "flip-shift",
+    "lr_schedule": "cosine",
+    "warmup_epochs": 1,
+    "label_smoothing": 0.1,
+    "early_stopping_patience": 0,
+}
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
 # What must match between runs: everything in history.json but this attempt's own figures.
 ATTEMPT_KEYS = (
@@ -138,6 +149,23 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
         # The restart resumed from the last backup, at most save_freq_steps back.
         assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
+
+
+@pytest.mark.e2e
+def test_nightly_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path):
+    reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
+    finished(train(data_dir, reference_dir, **NIGHTLY_RECIPE))
+    fault = f"1:{STEPS_PER_EPOCH + 9}"  # inside the second epoch, past a backup
+    proc = train(
+        data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **NIGHTLY_RECIPE
+    )
+    finished(proc)
+    assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
+    assert outcome(resumed_dir) == outcome(reference_dir)
+    rates = history(reference_dir)["history"]["learning_rate"]
+    # Warmed up to the peak by the end of epoch 1, then the cosine decay.
+    assert rates[0] == pytest.approx(EXACT_RUN["learning_rate"])
+    assert rates[0] > rates[1] > rates[2]
 
 
 @pytest.mark.e2e
