@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="scale: Beam runners, direct and/or dask (default both)",
     )
+    parser.add_argument(
+        "--models",
+        type=lambda text: tuple(text.split(",")),
+        default=None,
+        help="tta: models to time, e.g. cnn2 (default cnn,cnn2: before and after)",
+    )
     args = parser.parse_args(argv)
     options = {k: v for k, v in vars(args).items() if k != "names" and v is not None}
     names = args.names or sorted(p.stem[len("bench_") :] for p in BENCH_DIR.glob("bench_*.py"))

@@ -1,7 +1,9 @@
 """Where a training step's time goes, and its achieved FLOP/s against this machine's matmul peak.
 
-Measured in one process with every core (TensorFlow's default thread pools), on random
-float32 images of the default dataset's shape, so the input pipeline is timed on its own:
+Measured in one process with every core (TensorFlow's default thread pools), seeded with op
+determinism on as the Train stage runs, on random float32 images of the default dataset's
+shape, so the input pipeline is timed on its own; once for the previous default `cnn` and once
+for the nightly `cnn2`:
 
 - peak: a 1024x1024 float32 matmul loop, the most this CPU does through TensorFlow;
 - the model's FLOPs per example, counted by layer arithmetic (Conv2D and Dense multiply-adds;
@@ -27,7 +29,7 @@ from bench.result import Result
 MATMUL_N = 1024
 MATMUL_SECONDS = 3.0
 BATCH = 256
-MODEL = "cnn"
+MODELS = ("cnn", "cnn2")  # the previous default, then the nightly one
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 WARMUP_STEPS = 10
@@ -83,15 +85,16 @@ def _seconds_per_call(fn: Callable[[], Any], steps: int = TIMED_STEPS) -> float:
     return (time.perf_counter() - started) / steps
 
 
-def step_breakdown() -> dict[str, float]:
+def step_breakdown(model_name: str) -> dict[str, float]:
     """Seconds per step of each part of training one batch of BATCH examples."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
 
-    from train import models
+    from train import determinism, models
 
-    model = models.build(MODEL, IMAGE_SHAPE, NUM_CLASSES)
+    determinism.make_deterministic(0)  # as the Train stage runs: seeded, deterministic ops
+    model = models.build(model_name, IMAGE_SHAPE, NUM_CLASSES)
     optimizer = keras.optimizers.Adam(1e-3)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     rng = np.random.default_rng(0)
@@ -174,7 +177,11 @@ def _input_seconds_per_batch() -> float:
 
 def run() -> list[Result]:
     peak = matmul_peak_flops()
-    times = step_breakdown()
+    return [_profile_row(name, peak) for name in MODELS]
+
+
+def _profile_row(model_name: str, peak: float) -> Result:
+    times = step_breakdown(model_name)
     flops_per_step = 3 * times["forward_flops_per_example"] * BATCH
     achieved = flops_per_step / times["fit step"]
     bare = flops_per_step / times["train step"]
@@ -186,19 +193,18 @@ def run() -> list[Result]:
         f"per step of {BATCH}: input {times['input'] * 1e3:.1f} ms (own thread, overlaps), "
         f"forward {forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, "
         f"optimizer {apply * 1e3:.1f} ms, Keras fit overhead {keras_overhead * 1e3:.1f} ms; "
-        f"{times['forward_flops_per_example'] / 1e6:.1f} MFLOP forward per example; "
-        f"bare step {bare / 1e9:.1f} GFLOP/s; peak {peak / 1e9:.1f} GFLOP/s "
+        f"fit step {times['fit step'] * 1e3:.1f} ms = {BATCH / times['fit step']:,.0f} "
+        f"examples/s; {times['forward_flops_per_example'] / 1e6:.1f} MFLOP forward per "
+        f"example; bare step {bare / 1e9:.1f} GFLOP/s; peak {peak / 1e9:.1f} GFLOP/s "
         f"({MATMUL_N}x{MATMUL_N} float32 matmul)"
     )
-    return [
-        Result(
-            benchmark=f"training FLOP/s vs matmul peak ({MODEL}, batch {BATCH}, 1 process)",
-            candidate="model.fit step",
-            baseline="float32 matmul loop",
-            candidate_value=achieved / 1e9,
-            baseline_value=peak / 1e9,
-            unit="GFLOP/s",
-            target_ratio=0.5,
-            notes=breakdown,
-        )
-    ]
+    return Result(
+        benchmark=f"training FLOP/s vs matmul peak ({model_name}, batch {BATCH}, 1 process)",
+        candidate="model.fit step",
+        baseline="float32 matmul loop",
+        candidate_value=achieved / 1e9,
+        baseline_value=peak / 1e9,
+        unit="GFLOP/s",
+        target_ratio=0.5,
+        notes=breakdown,
+    )
