@@ -10,11 +10,15 @@ for the nightly `cnn2`:
   batch norm, pooling and activations are left out, well under 1 % of the total); a training
   step is counted as 3x the forward pass (forward, gradient with respect to activations and
   with respect to weights);
-- per-step times of: input (parse + batch of the real shard files), forward, forward+backward,
+- per-step times of: input (parse + batch of the real shard files, with the recipe's
+  augmentation), forward, forward+backward,
   + optimizer apply (a bare tf.function step), and a `model.fit` step (Keras's own overhead).
 
-Run alone: `python -m bench profile`. All-reduce cost is not here: it needs two processes and
-is the difference between the two rows of `bench_train`'s worker-vs-process comparison.
+The all-reduce is timed on its own: two processes (MultiWorkerMirroredStrategy from TF_CONFIG
+on loopback, ring, one thread each, as the Train stage runs them) sum a float32 vector as long
+as the model's trainable weights, the one collective `train.trainer` makes per step.
+
+Run alone: `python -m bench profile`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from bench.result import Result
 MATMUL_N = 1024
 MATMUL_SECONDS = 3.0
 BATCH = 256
-MODELS = ("cnn", "cnn2")  # the previous default, then the nightly one
+# The previous default (no augmentation), then the nightly model with its augmentation.
+RECIPES = (("cnn", "off"), ("cnn2", "flip-shift"))
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 WARMUP_STEPS = 10
@@ -85,7 +90,7 @@ def _seconds_per_call(fn: Callable[[], Any], steps: int = TIMED_STEPS) -> float:
     return (time.perf_counter() - started) / steps
 
 
-def step_breakdown(model_name: str) -> dict[str, float]:
+def step_breakdown(model_name: str, augment: str) -> dict[str, float]:
     """Seconds per step of each part of training one batch of BATCH examples."""
     import numpy as np
     import tensorflow as tf
@@ -130,12 +135,13 @@ def step_breakdown(model_name: str) -> dict[str, float]:
     started = time.perf_counter()
     model.fit(dataset, steps_per_epoch=TIMED_STEPS, epochs=1, verbose=0)
     times["fit step"] = (time.perf_counter() - started) / TIMED_STEPS
-    times["input"] = _input_seconds_per_batch()
+    times["input"] = _input_seconds_per_batch(augment)
     times["forward_flops_per_example"] = forward_flops_per_example(model)
+    times["weights"] = float(sum(int(tf.size(w)) for w in model.trainable_weights))
     return times
 
 
-def _input_seconds_per_batch() -> float:
+def _input_seconds_per_batch(augment: str) -> float:
     """Seconds per batch of train.data's pipeline over one worker's shard of random images.
 
     Parsing costs the same for any pixel values, so random bytes time it as well as real ones.
@@ -171,17 +177,70 @@ def _input_seconds_per_batch() -> float:
                 }
             ],
         }
-        iterator = iter(data.train_dataset(tmp, shard_manifest, 0, BATCH, 1))
+        iterator = iter(data.train_dataset(tmp, shard_manifest, 0, BATCH, 1, augment=augment))
         return _seconds_per_call(lambda: next(iterator))
+
+
+ALL_REDUCE_STEPS = 50
+
+
+def all_reduce_seconds(num_floats: int) -> float:
+    """Seconds per all-reduce of `num_floats` float32 between two local MWMS processes."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.bench_train import PROJECT_ROOT, stage_env
+    from train.launcher import free_ports
+
+    hosts = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
+        env = {**stage_env(1), "TF_CONFIG": json.dumps(config)}
+        argv = [sys.executable, "-m", "bench.bench_profile", "all-reduce", str(num_floats)]
+        processes.append(
+            subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        )
+    outputs = [p.communicate(timeout=300)[0] for p in processes]
+    if any(p.returncode for p in processes):
+        raise RuntimeError(f"all-reduce processes failed: {[p.returncode for p in processes]}")
+    return float(outputs[0].split()[-1])
+
+
+def _all_reduce_worker(num_floats: int) -> None:
+    """One of the two processes of `all_reduce_seconds`: prints seconds per all-reduce."""
+    import tensorflow as tf
+
+    from train import cluster
+
+    cluster.configure_threads(1)
+    strategy = cluster.make_strategy()
+    vector = tf.ones([num_floats])
+
+    @tf.function
+    def all_reduce_once() -> tf.Tensor:
+        def step() -> tf.Tensor:
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, vector)[0]
+
+        return strategy.run(step)
+
+    for _ in range(WARMUP_STEPS):
+        all_reduce_once().numpy()
+    started = time.perf_counter()
+    for _ in range(ALL_REDUCE_STEPS):
+        all_reduce_once().numpy()
+    print((time.perf_counter() - started) / ALL_REDUCE_STEPS)
 
 
 def run() -> list[Result]:
     peak = matmul_peak_flops()
-    return [_profile_row(name, peak) for name in MODELS]
+    return [_profile_row(name, augment, peak) for name, augment in RECIPES]
 
 
-def _profile_row(model_name: str, peak: float) -> Result:
-    times = step_breakdown(model_name)
+def _profile_row(model_name: str, augment: str, peak: float) -> Result:
+    times = step_breakdown(model_name, augment)
     flops_per_step = 3 * times["forward_flops_per_example"] * BATCH
     achieved = flops_per_step / times["fit step"]
     bare = flops_per_step / times["train step"]
@@ -189,10 +248,14 @@ def _profile_row(model_name: str, peak: float) -> Result:
     backward = times["forward+backward"] - forward
     apply = times["train step"] - times["forward+backward"]
     keras_overhead = times["fit step"] - times["train step"]
+    all_reduce = all_reduce_seconds(int(times["weights"]))
     breakdown = (
-        f"per step of {BATCH}: input {times['input'] * 1e3:.1f} ms (own thread, overlaps), "
+        f"per step of {BATCH}: input {times['input'] * 1e3:.1f} ms (augment {augment}; "
+        "tf.data's own threads, overlaps), "
         f"forward {forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, "
         f"optimizer {apply * 1e3:.1f} ms, Keras fit overhead {keras_overhead * 1e3:.1f} ms; "
+        f"2-worker all-reduce of its {times['weights']:,.0f} weights {all_reduce * 1e3:.1f} ms "
+        "(timed alone, 1 thread per process); "
         f"fit step {times['fit step'] * 1e3:.1f} ms = {BATCH / times['fit step']:,.0f} "
         f"examples/s; {times['forward_flops_per_example'] / 1e6:.1f} MFLOP forward per "
         f"example; bare step {bare / 1e9:.1f} GFLOP/s; peak {peak / 1e9:.1f} GFLOP/s "
@@ -208,3 +271,10 @@ def _profile_row(model_name: str, peak: float) -> Result:
         target_ratio=0.5,
         notes=breakdown,
     )
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1] == "all-reduce":
+        _all_reduce_worker(int(sys.argv[2]))

@@ -171,6 +171,7 @@ def run() -> list[Result]:
         two = os.path.join(root, "two")
         one = os.path.join(root, "one")
         four = os.path.join(root, "four")
+        t1, t2 = os.path.join(root, "t1"), os.path.join(root, "t2")
         shard_sets.write_shard_set(two, 2, PER_WORKER, NUM_VALIDATION, 10)
         shard_sets.write_shard_set(one, 1, 2 * PER_WORKER, NUM_VALIDATION, 10)
         shard_sets.write_shard_set(four, 4, 14000, NUM_VALIDATION, 10)
@@ -180,16 +181,12 @@ def run() -> list[Result]:
         shard_rate, memory_rate = _best_of(
             2, lambda: _measure("shard-input", two), lambda: _measure("memory-input", two)
         )
-        workers_rate, process_rate = _best_of(
-            2,
-            lambda: _train_rate(two, os.path.join(root, "t2"), 2, 1, NIGHTLY),
-            lambda: _train_rate(one, os.path.join(root, "t1"), 1, 2, NIGHTLY),
-        )
-        nightly_rate, previous_rate = _best_of(
-            2,
-            lambda: _train_rate(two, os.path.join(root, "t2"), 2, 1, NIGHTLY),
-            lambda: _train_rate(two, os.path.join(root, "t2"), 2, 1, PREVIOUS),
-        )
+        # One 2-worker run of the nightly recipe serves both rows it is in.
+        workers_rate = process_rate = previous_rate = 0.0
+        for _ in range(2):
+            workers_rate = max(workers_rate, _train_rate(two, t2, 2, 1, NIGHTLY))
+            process_rate = max(process_rate, _train_rate(one, t1, 1, 2, NIGHTLY))
+            previous_rate = max(previous_rate, _train_rate(two, t2, 2, 1, PREVIOUS))
         presharded, on_the_fly = _best_of(
             3, lambda: _measure("read-presharded", four), lambda: _measure("read-shard", four)
         )
@@ -220,7 +217,7 @@ def run() -> list[Result]:
             "training examples/s of the nightly Train stage: this wave vs the one before",
             "cnn2 + flip-shift augmentation + cosine",
             "cnn, no augmentation, plateau (previous default)",
-            nightly_rate,
+            workers_rate,
             previous_rate,
             "ex/s",
             2.0,
