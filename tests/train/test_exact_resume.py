@@ -163,8 +163,10 @@ def test_nightly_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
     assert outcome(resumed_dir) == outcome(reference_dir)
     rates = history(reference_dir)["history"]["learning_rate"]
-    # Warmed up to the peak by the end of epoch 1, then the cosine decay.
-    assert rates[0] == pytest.approx(EXACT_RUN["learning_rate"])
+    # Each epoch records its last step's rate: epoch 1's is one warm-up step short of the
+    # peak, then the cosine decays it.
+    peak = EXACT_RUN["learning_rate"]
+    assert rates[0] == pytest.approx(peak * (STEPS_PER_EPOCH - 1) / STEPS_PER_EPOCH)
     assert rates[0] > rates[1] > rates[2]
 
 
