@@ -3,7 +3,7 @@
 Measured in one process with every core (TensorFlow's default thread pools), seeded with op
 determinism on as the Train stage runs, on random float32 images of the default dataset's
 shape, so the input pipeline is timed on its own; once for the previous default `cnn` and once
-for the nightly `cnn2`:
+for `cnn2`:
 
 - peak: a 1024x1024 float32 matmul loop, the most this CPU does through TensorFlow;
 - the model's FLOPs per example, counted by layer arithmetic (Conv2D and Dense multiply-adds;
@@ -33,7 +33,7 @@ from bench.result import Result
 MATMUL_N = 1024
 MATMUL_SECONDS = 3.0
 BATCH = 256
-# The previous default (no augmentation), then the nightly model with its augmentation.
+# The nightly default (no augmentation), then cnn2 with the augmentation of its recipe.
 RECIPES = (("cnn", "off"), ("cnn2", "flip-shift"))
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10

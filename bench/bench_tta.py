@@ -1,6 +1,6 @@
 """Time to accuracy: the Train stage with 2 workers vs a plain single-process Keras script.
 
-Both train the same model (`cnn`, the previous default, then the nightly `cnn2`: one row each)
+Both train the same model (`cnn`, the nightly default, then `cnn2`: one row each)
 on the same 54,000 Fashion-MNIST training images (global batch
 512, Adam at the shipped learning rate) and are timed from their process's start until the
 first epoch whose validation accuracy (the same 6,000 held-out images) reaches TARGET. The

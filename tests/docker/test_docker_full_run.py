@@ -35,7 +35,6 @@ def full_run(root: pathlib.Path, output_root: str, *executor_flags: str):
         "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
         "--Train-model=mlp",
         "--Train-epochs=1",
-        "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch of the 25
         "--Train-per-worker-batch-size=32",
         "--Evaluate-min-accuracy=0",
         *executor_flags,

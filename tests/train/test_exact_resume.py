@@ -33,9 +33,9 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
-# The nightly run's recipe (luigi.cfg [Train]): its model, on-the-fly augmentation, a warmed-up
-# cosine schedule and label smoothing, all of whose state a resume must put back.
-NIGHTLY_RECIPE = {
+# cnn2's recipe (README, "Train stage"): on-the-fly augmentation, a warmed-up cosine schedule
+# and label smoothing, all of whose state a resume must put back.
+CNN2_RECIPE = {
     "model": "cnn2",
     "epochs": 3,
     "augment": "flip-shift",
@@ -152,12 +152,12 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
 
 
 @pytest.mark.e2e
-def test_nightly_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path):
+def test_cnn2_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path):
     reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
-    finished(train(data_dir, reference_dir, **NIGHTLY_RECIPE))
+    finished(train(data_dir, reference_dir, **CNN2_RECIPE))
     fault = f"1:{STEPS_PER_EPOCH + 9}"  # inside the second epoch, past a backup
     proc = train(
-        data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **NIGHTLY_RECIPE
+        data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **CNN2_RECIPE
     )
     finished(proc)
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
