@@ -128,10 +128,11 @@ def _streamed_batches(
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         key = epoch_key(seed, worker, epoch)
         file_order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), key)
+        cycle_length = min(len(files), 4)
         records = tf.data.Dataset.from_tensor_slices(tf.gather(paths, file_order)).interleave(
             tf.data.TFRecordDataset,
-            cycle_length=min(len(files), 4),
-            num_parallel_calls=PARALLEL_CALLS,
+            cycle_length=cycle_length,
+            num_parallel_calls=min(cycle_length, PARALLEL_CALLS),  # tf.data's rule
             deterministic=True,
         )
 
