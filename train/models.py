@@ -15,6 +15,17 @@ Builder = Callable[[Sequence[int], int], keras.Model]
 BN_MOMENTUM = 0.9
 
 
+def _dense_head(x: keras.KerasTensor, num_classes: int) -> keras.KerasTensor:
+    """The convolutional models' head: flatten, dense 128 with batch norm, dropout, softmax."""
+    layers = keras.layers
+    x = layers.Flatten()(x)
+    x = layers.Dense(128, use_bias=False)(x)
+    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
+    x = layers.Activation("relu")(x)
+    x = layers.Dropout(0.4)(x)
+    return layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+
+
 def cnn(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     """Two conv blocks with batch norm, pooling and dropout, then a dense head."""
     layers = keras.layers
@@ -26,12 +37,7 @@ def cnn(image_shape: Sequence[int], num_classes: int) -> keras.Model:
         x = layers.Activation("relu")(x)
         x = layers.MaxPooling2D()(x)
         x = layers.Dropout(0.2)(x)
-    x = layers.Flatten()(x)
-    x = layers.Dense(128, use_bias=False)(x)
-    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-    x = layers.Activation("relu")(x)
-    x = layers.Dropout(0.4)(x)
-    outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    outputs = _dense_head(x, num_classes)
     return keras.Model(inputs, outputs, name="cnn")
 
 
@@ -51,12 +57,7 @@ def cnn2(image_shape: Sequence[int], num_classes: int) -> keras.Model:
         x = layers.MaxPooling2D()(x)
         x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
         x = layers.Activation("relu")(x)
-    x = layers.Flatten()(x)
-    x = layers.Dense(128, use_bias=False)(x)
-    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-    x = layers.Activation("relu")(x)
-    x = layers.Dropout(0.4)(x)
-    outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    outputs = _dense_head(x, num_classes)
     return keras.Model(inputs, outputs, name="cnn2")
 
 
