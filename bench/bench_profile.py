@@ -2,8 +2,8 @@
 
 Measured in one process with every core (TensorFlow's default thread pools), seeded with op
 determinism on as the Train stage runs, on random float32 images of the default dataset's
-shape, so the input pipeline is timed on its own; once for the previous default `cnn` and once
-for `cnn2`:
+shape, so the input pipeline is timed on its own; once for the nightly default `cnn`, then
+`cnn2` and `cnn3`:
 
 - peak: a 1024x1024 float32 matmul loop, the most this CPU does through TensorFlow;
 - the model's FLOPs per example, counted by layer arithmetic (Conv2D and Dense multiply-adds;
@@ -33,8 +33,8 @@ from bench.result import Result
 MATMUL_N = 1024
 MATMUL_SECONDS = 3.0
 BATCH = 256
-# The nightly default (no augmentation), then cnn2 with the augmentation of its recipe.
-RECIPES = (("cnn", "off"), ("cnn2", "flip-shift"))
+# The nightly default (no augmentation), then cnn2 and cnn3 with the augmentation of their recipe.
+RECIPES = (("cnn", "off"), ("cnn2", "flip-shift"), ("cnn3", "flip-shift"))
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 WARMUP_STEPS = 10

@@ -19,7 +19,7 @@ class Train(RunTask):
     """Trains the run's model with `num_workers` workers on the run's shard set."""
 
     model = luigi.Parameter(
-        default="cnn", description="Model architecture by name (cnn, cnn2, mlp)."
+        default="cnn", description="Model architecture by name (cnn, cnn2, cnn3, mlp)."
     )
     epochs = luigi.IntParameter(default=15, description="Most epochs to train (at least 1).")
     per_worker_batch_size = luigi.IntParameter(

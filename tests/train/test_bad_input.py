@@ -75,7 +75,7 @@ def test_unknown_model(capsys, dirs):
     fails_with(
         capsys,
         launch_args(data_dir, train_dir, model="resnet9000"),
-        "unknown model 'resnet9000': choose one of cnn, cnn2, mlp",
+        "unknown model 'resnet9000': choose one of cnn, cnn2, cnn3, mlp",
     )
     assert backup_intact(train_dir)
 
