@@ -26,6 +26,16 @@ def _dense_head(x: keras.KerasTensor, num_classes: int) -> keras.KerasTensor:
     return layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
 
 
+def _pooled_block(x: keras.KerasTensor, filters: int) -> keras.KerasTensor:
+    """`cnn2`'s block: 3x3 convolution, max pooling, then batch norm and ReLU on a quarter of
+    the pixels."""
+    layers = keras.layers
+    x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
+    return layers.Activation("relu")(x)
+
+
 def cnn(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     """Two conv blocks with batch norm, pooling and dropout, then a dense head."""
     layers = keras.layers
@@ -53,10 +63,7 @@ def cnn2(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     inputs = keras.Input(shape=tuple(image_shape), dtype="float32", name="image")
     x = layers.Rescaling(1.0 / 255.0)(inputs)
     for filters in (32, 64):
-        x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-        x = layers.MaxPooling2D()(x)
-        x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-        x = layers.Activation("relu")(x)
+        x = _pooled_block(x, filters)
     outputs = _dense_head(x, num_classes)
     return keras.Model(inputs, outputs, name="cnn2")
 
@@ -71,10 +78,7 @@ def cnn3(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     inputs = keras.Input(shape=tuple(image_shape), dtype="float32", name="image")
     x = layers.Rescaling(1.0 / 255.0)(inputs)
     for filters in (32, 64, 128):
-        x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-        x = layers.MaxPooling2D()(x)
-        x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-        x = layers.Activation("relu")(x)
+        x = _pooled_block(x, filters)
     outputs = _dense_head(x, num_classes)
     return keras.Model(inputs, outputs, name="cnn3")
 
