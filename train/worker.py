@@ -301,6 +301,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             core, trainer, state, run_backup, best_weights, validation, recorder, writer
         )
         trainer.start_position = (start_epoch, start_step)
+        data.untune_device_datasets()
         trainer.fit(
             keras.utils.experimental.DatasetCreator(dataset_fn),
             epochs=config.epochs,

@@ -201,3 +201,29 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
     assert "epochs 3 -> 4" in message and "num_workers 2 -> 3" in message
     assert "seed" not in message
     assert "--force-stage train" in message and "backup's settings" in message
+
+
+def test_device_datasets_of_a_distributed_iterator_run_without_autotuning(monkeypatch):
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops as ops
+
+    from train import data
+
+    # TF's own function, even if a training run in this process has already replaced it.
+    create = ops._create_device_dataset
+    monkeypatch.setattr(ops, "_create_device_dataset", getattr(create, "original", create))
+
+    def device_pipeline() -> tuple[bool | None, list[int]]:
+        iterator = ops.OwnedMultiDeviceIterator(tf.data.Dataset.range(7), ["/cpu:0"])
+        enabled = iterator._device_iterators[0]._dataset.options().autotune.enabled
+        return enabled, [int(element[0]) for element in iterator]
+
+    tuned, tuned_elements = device_pipeline()
+    data.untune_device_datasets()
+    patched = ops._create_device_dataset
+    data.untune_device_datasets()
+    assert ops._create_device_dataset is patched  # a second call does not wrap again
+    untuned, untuned_elements = device_pipeline()
+    assert tuned is not False  # TF's default: autotuned, hence the wait when fit returns
+    assert untuned is False
+    assert untuned_elements == tuned_elements == list(range(7))
