@@ -35,6 +35,7 @@ def full_run(root: pathlib.Path, output_root: str, *executor_flags: str):
         "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
         "--Train-model=mlp",
         "--Train-epochs=1",
+        "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
         "--Train-per-worker-batch-size=32",
         "--Evaluate-min-accuracy=0",
         *executor_flags,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import configparser
+
 import yaml
 
 from tests.factories import PROJECT_ROOT
@@ -32,3 +34,15 @@ def test_tfjob_pods_run_as_the_image_user_and_restart_together():
     worker = documents()["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
     assert worker["template"]["spec"]["securityContext"]["runAsUser"] == 1000
     assert worker["restartPolicy"] == "OnFailure"
+
+
+def test_tfjob_trains_with_the_nightly_recipe_of_luigi_cfg():
+    config = configparser.ConfigParser()
+    config.read(PROJECT_ROOT / "luigi.cfg")
+    worker = documents()["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
+    (container,) = worker["template"]["spec"]["containers"]
+    flags = dict(a[2:].split("=", 1) for a in container["args"] if a.startswith("--"))
+    recipe = ("model", "epochs", "per_worker_batch_size", "augment", "lr_schedule")
+    recipe += ("warmup_epochs", "label_smoothing", "early_stopping_patience")
+    for name in recipe:
+        assert flags[name.replace("_", "-")] == config["Train"][name], name

@@ -49,6 +49,7 @@ class Runner:
             "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
             "--Train-model=mlp",
             "--Train-epochs=1",
+            "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
             "--Train-per-worker-batch-size=32",
             "--Evaluate-min-accuracy=0",
         ]
