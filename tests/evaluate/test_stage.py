@@ -37,8 +37,16 @@ def test_matches_model_evaluate(make_config, batch_size):
     assert 0.3 < metrics["accuracy"] < 1.0
 
 
-def test_writes_every_file_and_metrics_last(make_config):
+def test_writes_every_file_and_metrics_last(make_config, monkeypatch):
     config = make_config()
+    written_paths: list[str] = []
+    write = atomic.write_bytes_atomic
+
+    def recording_write(path: str, data: bytes) -> None:
+        write(path, data)
+        written_paths.append(path)
+
+    monkeypatch.setattr(atomic, "write_bytes_atomic", recording_write)
     metrics = run(config)
     out = config.evaluate_dir
     for name in (CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG):
@@ -46,9 +54,11 @@ def test_writes_every_file_and_metrics_last(make_config):
             assert f.read(8) == PNG_MAGIC
     written = atomic.read_json(os.path.join(out, layout.METRICS_FILE))
     assert written == json.loads(json.dumps(metrics))
-    mtimes = {name: os.path.getmtime(os.path.join(out, name)) for name in os.listdir(out)}
-    assert max(mtimes, key=lambda name: mtimes[name]) == layout.METRICS_FILE
-    assert not [name for name in mtimes if ".tmp-" in name]
+    # The order of the writes, not file times: metrics.json is the stage's completion marker.
+    in_out = [os.path.basename(p) for p in written_paths if os.path.dirname(p) == out]
+    assert in_out[-1] == layout.METRICS_FILE
+    assert sorted(set(in_out)) == sorted(os.listdir(out))  # no file bypassed the atomic writes
+    assert not [name for name in os.listdir(out) if ".tmp-" in name]
 
     assert list(metrics["per_class"]) == factories.CLASS_NAMES
     matrix = np.array(metrics["confusion_matrix"]["matrix"])
