@@ -22,12 +22,18 @@ _AUGMENT_STREAM = 1 << 30  # folded into an epoch's key for its augmentation key
 DEFAULT_MEMORY_BUDGET_MB = TrainConfig.input_memory_budget_mb
 
 
-def _worker_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """No autotuning (see PARALLEL_CALLS), and no auto-sharding: each worker already reads
-    only its own files, so tf.distribute must not shard again."""
+def _untuned_options() -> tf.data.Options:
+    """Options without tf.data's autotuning (see PARALLEL_CALLS)."""
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.autotune.enabled = False
+    return options
+
+
+def _worker_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """No autotuning, and no auto-sharding: each worker already reads only its own files, so
+    tf.distribute must not shard again."""
+    options = _untuned_options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
 
 
@@ -43,15 +49,13 @@ def untune_device_datasets() -> None:
     from tensorflow.python.data.ops import multi_device_iterator_ops as ops
 
     create = ops._create_device_dataset
-    if getattr(create, "untuned", False):
+    if hasattr(create, "original"):  # already replaced
         return
-    options = tf.data.Options()
-    options.autotune.enabled = False
+    options = _untuned_options()
 
     def create_untuned(*args: Any, **kwargs: Any) -> tf.data.Dataset:
         return create(*args, **kwargs).with_options(options)
 
-    create_untuned.untuned = True  # type: ignore[attr-defined]
     create_untuned.original = create  # type: ignore[attr-defined]
     ops._create_device_dataset = create_untuned
 
