@@ -1,9 +1,11 @@
-"""The lines a stage prints for whoever runs it: its one-line error and its progress lines.
+"""The lines a stage prints for whoever runs it: its one-line error, progress and notices.
 
 A stage that fails prints exactly one line `error: <what is wrong and what to do>` on stderr
 and exits non-zero; the pipeline quotes the last such line in its own failure. Training prints
 one `PROGRESS {json}` line per epoch (chief only), which the pipeline turns into Luigi's
-progress percentage and status message. Nothing else in a stage's output is parsed.
+progress percentage and status message. A `NOTICE <text>` line is an event the user should see
+while the stage goes on (a restarted cluster); the pipeline shows it in the terminal. Nothing
+else in a stage's output is parsed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 ERROR_PREFIX = "error: "
 PROGRESS_PREFIX = "PROGRESS "
+NOTICE_PREFIX = "NOTICE "
 
 # Exit codes every stage uses: bad input cannot be fixed by retrying, other failures might be.
 EXIT_FAILED = 1
@@ -39,6 +42,18 @@ def parse_progress(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return values if isinstance(values, dict) else None
+
+
+def notice_line(message: str) -> str:
+    """One notice line: `NOTICE <message>` with any newlines folded."""
+    return NOTICE_PREFIX + " ".join(str(message).split())
+
+
+def parse_notice(line: str) -> str | None:
+    """The text of a notice line, or None when `line` is not one."""
+    if not line.startswith(NOTICE_PREFIX):
+        return None
+    return line[len(NOTICE_PREFIX) :].strip() or None
 
 
 def last_error(lines: Iterable[str]) -> str | None:

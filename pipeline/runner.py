@@ -5,7 +5,8 @@ as a local process, or for preprocess and evaluate with `[Executor] kind = docke
 `docker run` of the stages' image (the train task instead passes `--backend docker` to its
 launcher, which stays a local process). Its output is appended to the stage's log (for a
 gs:// log, to its local copy in the state folder, copied to the store when the stage ends), its
-`PROGRESS {...}` lines become Luigi's progress percentage and status message, and a non-zero
+`PROGRESS {...}` lines become Luigi's progress percentage and status message (and an epoch line
+in the terminal), its `NOTICE ...` lines are shown in the terminal, and a non-zero
 exit raises `StageFailed` carrying the stage's own `error: ...` line (or the log's tail).
 
 The task owns the stage's whole process tree. The command starts in its own process group
@@ -36,7 +37,7 @@ import tensorflow as tf
 
 from contract import storage
 from contract.containers import ContainerSettings
-from contract.messages import last_error, parse_progress
+from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
 from pipeline.terminal import StageProgress
 
@@ -150,6 +151,9 @@ def _run_logged(
                 if terminal is not None and "epoch" in progress and "epochs" in progress:
                     with contextlib.suppress(TypeError, ValueError):
                         terminal.epoch(progress)
+            notice = parse_notice(line)
+            if notice is not None and terminal is not None:
+                terminal.notice(notice)
         code = process.wait()
     except BaseException:
         _end_group(process)

@@ -1,4 +1,4 @@
-"""Stage start/end lines and one line per epoch, written to the luigi process's stderr."""
+"""Stage start/end lines, epoch lines and a stage's notices, on the luigi process's stderr."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ class StageProgress:
     def failed(self, error: str) -> None:
         """Prints `[stage] FAILED after <duration>: <error>`."""
         self._print(f"FAILED after {format_duration(time.monotonic() - self.started)}: {error}")
+
+    def notice(self, text: str) -> None:
+        """Prints `[stage] <text>`; the next epoch's time (for the ETA) starts from here."""
+        self.last_epoch_at = time.monotonic()
+        self._print(text)
 
     def epoch(self, progress: dict[str, Any], now: float | None = None) -> None:
         """Prints one epoch line for a progress dict with `epoch` and `epochs`."""

@@ -21,7 +21,7 @@ import time
 from typing import IO, Protocol
 
 from contract import layout, manifest, storage
-from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
+from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT, notice_line
 from train import cluster
 from train.config import ConfigError, TrainConfig
 
@@ -233,12 +233,12 @@ def run_cluster(
         if code == BAD_INPUT_EXIT_CODE:
             raise LaunchError(f"worker {index} rejected its input: {reason} (log: {log_path})")
         if attempt < max_restarts:
-            print(
+            # A notice: the pipeline shows it in the terminal, not only in the stage's log.
+            message = (
                 f"worker {index} died (exit code {code}, log: {log_path}); restarting the "
-                f"cluster (restart {attempt + 1} of {max_restarts})",
-                file=out,
-                flush=True,
+                f"cluster (restart {attempt + 1} of {max_restarts})"
             )
+            print(notice_line(message), file=out, flush=True)
     raise LaunchError(
         f"worker {index} failed with exit code {code} and max_restarts={max_restarts} "
         f"restarts are used up: {reason} (log: {log_path})"

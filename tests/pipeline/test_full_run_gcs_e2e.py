@@ -195,6 +195,10 @@ def test_killed_worker_resumes_from_its_backup_on_gs(runner, bucket, first_run):
     assert result.returncode == 0, summary(result)
     train_log = bucket.blob(f"runs/{KILLED_DATE}/logs/train.log").download_as_text()
     assert "worker 1 died" in train_log and "restarting the cluster" in train_log
+    # The restart is shown where the user looks too, not only in the stage's log.
+    terminal = result.stdout + result.stderr
+    assert "[train] worker 1 died (exit code" in terminal
+    assert "restarting the cluster (restart 1 of" in terminal
     history = read_json(bucket, f"runs/{KILLED_DATE}/train/history.json")
     assert history["attempt"] == 1 and history["resumed_from_step"] > 0
     assert history["epochs_completed"] == 3

@@ -51,6 +51,25 @@ def test_output_goes_to_the_log_and_progress_to_luigi(tmp_path):
     assert task.messages == ["epoch 3/4: loss 0.5000, val_accuracy 0.8750"]
 
 
+def test_notice_lines_reach_the_terminal_and_epoch_lines_follow(tmp_path, capsys):
+    task = Recorder(key=str(tmp_path))
+    runner.run_stage(
+        task,
+        "train",
+        python("""
+            print("NOTICE worker 1 died (exit code -9); restarting the cluster")
+            print("NOTICEBOARD is not a notice")
+            print('PROGRESS {"epoch": 1, "epochs": 2, "loss": 0.5}')
+        """),
+        str(tmp_path / "train.log"),
+    )
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1] == "[train] worker 1 died (exit code -9); restarting the cluster"
+    assert lines[2].startswith("[train] epoch 1/2 loss 0.5000")
+    assert not any("NOTICEBOARD" in line for line in lines)
+    assert "NOTICE worker 1 died" in (tmp_path / "train.log").read_text()
+
+
 def test_failure_carries_the_stages_own_error_line(tmp_path):
     command = python("""
         import sys

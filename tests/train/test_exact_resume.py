@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from contract import layout
+from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import (
     history,
@@ -137,7 +138,9 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
     proc = train(data_dir, train_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault))
     finished(proc)
     worker = int(fault.split(":")[0])
-    assert f"worker {worker} died" in proc.stdout and "restarting the cluster" in proc.stdout
+    notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
+    assert len(notices) == 1 and notices[0].startswith(f"worker {worker} died")
+    assert "restarting the cluster (restart 1 of" in notices[0]
     assert outcome(train_dir) == uninterrupted
     doc = history(train_dir)
     assert doc["attempt"] == 1
