@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -17,6 +19,7 @@ from preprocess import scaled_dataset
 from preprocess.errors import PreprocessError
 
 SOURCES_DIR = pathlib.Path(__file__).resolve().parent / "sources"
+PREPARE_LOCK = ".prepare.lock"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +171,9 @@ def prepare_dataset(
 ) -> Any:
     """Builds `dataset` into `data_dir` with TFDS's own builder, reusing it when already there.
 
+    Runs on one machine that build the same local `data_dir` at once take turns: the first
+    builds, the others reuse what it built.
+
     Args:
         dataset: TFDS dataset name, e.g. 'fashion_mnist', or 'name/config' such as
             'fashion_mnist_scaled/x10'.
@@ -187,6 +193,43 @@ def prepare_dataset(
     builder = cls(data_dir=data_dir, **kwargs)
     if builder.is_prepared():
         return builder
+    with _prepare_lock(data_dir):
+        builder = cls(data_dir=data_dir, **kwargs)
+        if builder.is_prepared():  # built by the run that held the lock before us
+            return builder
+        return _build(builder, kwargs, dataset, data_dir, manual_dir, manual_checksums)
+
+
+@contextlib.contextmanager
+def _prepare_lock(data_dir: str) -> Iterator[None]:
+    """Holds `<data_dir>/.prepare.lock` while a dataset is built there.
+
+    Two runs building one dataset at once (two FullRuns on a fresh cache) would race in TFDS's
+    rename of its temporary folder and one would fail. The lock is a `flock`, freed by the
+    kernel however its holder ends, and it holds per machine: a gs:// data_dir is not locked.
+    """
+    if "://" in data_dir:
+        yield
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, PREPARE_LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(
+    builder: Any,
+    kwargs: dict[str, Any],
+    dataset: str,
+    data_dir: str,
+    manual_dir: str | None,
+    manual_checksums: str | None,
+) -> Any:
+    """Builds `dataset` into `data_dir` (see `prepare_dataset`); returns the prepared builder."""
+    cls = type(builder)
     built_from_manual_files = not cls.url_infos and cls.MANUAL_DOWNLOAD_INSTRUCTIONS
     if not manual_dir:
         if built_from_manual_files:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import pathlib
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from preprocess import pipeline, scaled_dataset, sources
 from preprocess.errors import PreprocessError
 from tests import factories
 from tests.preprocess import conftest
+from tests.waiting import wait_until
 
 FACTOR = 3
 
@@ -203,3 +206,50 @@ def test_stage_takes_it_through_the_dataset_flag(tiny_sources, tmp_path):
     )
     assert train_total == 2 * conftest.TINY_TRAIN
     assert splits[layout.EVAL_SPLIT]["num_examples"] == conftest.TINY_TEST
+
+
+def _lock_waiters(lock_path: pathlib.Path) -> int:
+    """How many requests wait for the flock on `lock_path` (`->` lines in /proc/locks)."""
+    stat = os.stat(lock_path)
+    inode = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    with open("/proc/locks") as locks:
+        return sum(1 for line in locks if "->" in line and f" {inode} " in line)
+
+
+def test_runs_preparing_one_data_dir_at_once_take_turns(tiny_sources, tmp_path):
+    # Both runs find nothing prepared and wait for the lock this test holds; once it is
+    # freed one builds and the other reuses that build (no race in TFDS's folder rename).
+    data_dir = tmp_path / "tfds"
+    data_dir.mkdir()
+    lock_path = data_dir / sources.PREPARE_LOCK
+    code = (
+        "import sys; from preprocess import sources; "
+        "b = sources.prepare_dataset(*sys.argv[1:]); print('prepared', b.data_dir)"
+    )
+    argv = [sys.executable, "-c", code, "fashion_mnist_scaled/x2", str(data_dir), *tiny_sources]
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = [
+            subprocess.Popen(
+                argv,
+                cwd=factories.PROJECT_ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        try:
+            wait_until(
+                lambda: _lock_waiters(lock_path) == 2,
+                timeout=120,
+                failure=lambda: f"{_lock_waiters(lock_path)} of 2 runs wait for the lock",
+                alive=lambda: all(run.poll() is None for run in runs),
+            )
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert all("prepared" in output for output in outputs)
+    reused = build(tiny_sources, data_dir, factor=2)
+    assert len(examples(reused, "train")) == 2 * conftest.TINY_TRAIN
