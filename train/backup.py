@@ -80,6 +80,9 @@ class RunState:
     saves: int = 0
     checkpoint: str = ""
     epoch_logs: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # epoch -> [training steps, their seconds, 1 if it was its attempt's first epoch else 0];
+    # kept across restarts so that the run's throughput counts every attempt's epochs.
+    epoch_timings: dict[int, list[float]] = dataclasses.field(default_factory=dict)
     best_epoch: int = -1  # 0-based; -1 before any epoch is validated
     best_val_loss: float = math.inf
     early_stopping: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -88,12 +91,14 @@ class RunState:
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["epoch_logs"] = {str(k): v for k, v in self.epoch_logs.items()}
+        doc["epoch_timings"] = {str(k): v for k, v in self.epoch_timings.items()}
         return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RunState:
         values = dict(doc)
         values["epoch_logs"] = {int(k): v for k, v in doc.get("epoch_logs", {}).items()}
+        values["epoch_timings"] = {int(k): v for k, v in doc.get("epoch_timings", {}).items()}
         return cls(**values)
 
 

@@ -98,12 +98,11 @@ class RunRecorder(keras.callbacks.Callback):
         self.epochs = epochs
         self.global_batch_size = global_batch_size
         self.train_ended_at = time.perf_counter()
-        self.fit_return_seconds = 0.0  # stays 0 when the backup held a finished run
+        self.fit_return_seconds: float | None = None  # None when the backup held a finished run
         self.initial_epoch: int | None = None
         self.initial_step: int | None = None
         self.steps_executed = 0
-        # (steps, seconds) of each epoch's training steps, validation excluded.
-        self.epoch_timings: list[tuple[int, float]] = []
+        self.epochs_timed = 0  # by this attempt
         self._epoch_started = 0.0
         self._epoch_steps = 0
 
@@ -126,7 +125,10 @@ class RunRecorder(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         # First in the callback list: the epoch's steps are done, validation has not begun.
-        self.epoch_timings.append((self._epoch_steps, time.perf_counter() - self._epoch_started))
+        seconds = time.perf_counter() - self._epoch_started
+        first = 1.0 if self.epochs_timed == 0 else 0.0
+        self.state.epoch_timings[epoch] = [float(self._epoch_steps), seconds, first]
+        self.epochs_timed += 1
 
     def epoch_end_hook(self) -> keras.callbacks.Callback:
         """The callback that records each epoch; place it last, after validation."""
@@ -136,7 +138,7 @@ class RunRecorder(keras.callbacks.Callback):
         values = {k: float(v) for k, v in (logs or {}).items() if k in HISTORY_KEYS}
         self.state.epoch_logs[epoch] = values
         if self.chief:
-            steps, seconds = self.epoch_timings[-1] if self.epoch_timings else (0, 0.0)
+            steps, seconds, _ = self.state.epoch_timings.get(epoch, [0.0, 0.0, 0.0])
             rate = steps * self.global_batch_size / seconds if seconds > 0 else 0.0
             progress = {"epoch": epoch + 1, "epochs": self.epochs, **values}
             print(progress_line({**progress, "examples_per_second": rate}), flush=True)
@@ -155,16 +157,18 @@ class RunRecorder(keras.callbacks.Callback):
         return {key: [e[key] for e in ordered if key in e] for key in HISTORY_KEYS}
 
     def examples_per_second(self) -> float:
-        """Training throughput of this attempt, all workers together, validation excluded.
+        """Training throughput of the run, restarts included: all workers together, validation
+        excluded.
 
-        The attempt's first epoch (graph tracing, collective set-up) is left out when there
-        are later ones.
+        Each attempt's first epoch (graph tracing, collective set-up) is left out when there
+        are other epochs.
         """
-        timings = self.epoch_timings[1:] or self.epoch_timings
-        seconds = sum(s for _, s in timings)
+        timings = list(self.state.epoch_timings.values())
+        timings = [t for t in timings if not t[2]] or timings
+        seconds = sum(t[1] for t in timings)
         if seconds <= 0:
             return 0.0
-        return sum(n for n, _ in timings) * self.global_batch_size / seconds
+        return sum(t[0] for t in timings) * self.global_batch_size / seconds
 
 
 class _EpochEndHook(keras.callbacks.Callback):

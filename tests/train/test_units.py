@@ -160,9 +160,25 @@ def test_run_state_round_trips_through_json():
         best_epoch=1,
         best_val_loss=0.1 + 0.2,
         early_stopping={"wait": 1, "best": float("inf"), "stopped_epoch": 0},
+        epoch_timings={0: [10.0, 2.5, 1.0], 1: [10.0, 1.25, 0.0]},
     )
     text = json.dumps(state.to_json())
     assert RunState.from_json(json.loads(text)) == state
+
+
+def test_run_throughput_counts_every_attempts_epochs_but_their_first():
+    from train.backup import RunState
+    from train.callbacks import RunRecorder
+
+    # Epochs 0-1 by a first attempt, epoch 2 (a partial epoch, 4 steps) by a restart.
+    timings = {0: [10.0, 9.0, 1.0], 1: [10.0, 1.0, 0.0], 2: [4.0, 7.0, 1.0]}
+    recorder = RunRecorder(RunState(epoch_timings=timings), False, 3, global_batch_size=8)
+    assert recorder.examples_per_second() == 10 * 8 / 1.0
+    # A restarted run whose attempts each timed one epoch: all of them count.
+    only_firsts = {0: [10.0, 2.0, 1.0], 1: [10.0, 3.0, 1.0]}
+    recorder = RunRecorder(RunState(epoch_timings=only_firsts), False, 2, global_batch_size=8)
+    assert recorder.examples_per_second() == 20 * 8 / 5.0
+    assert RunRecorder(RunState(), False, 2, global_batch_size=8).examples_per_second() == 0.0
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path):
