@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from contract import layout
-from contract.messages import parse_notice, parse_progress
+from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import (
     history,
@@ -60,14 +60,6 @@ def outcome(train_dir: str) -> tuple[str, dict]:
     """The saved weights' digest and the history without the attempt's own figures."""
     doc = history(train_dir)
     return weights_digest(train_dir), {k: v for k, v in doc.items() if k not in ATTEMPT_KEYS}
-
-
-def first_attempts_rate(launcher_output: str) -> float:
-    """The run's examples/s from the chief's progress lines of an attempt that ran every epoch:
-    its epochs after the first, all of equal steps, so the harmonic mean of their rates."""
-    progress = [p for p in map(parse_progress, launcher_output.splitlines()) if p is not None]
-    rates = [p["examples_per_second"] for p in progress][1:]
-    return len(rates) / sum(1 / rate for rate in rates)
 
 
 @pytest.fixture(scope="module")
@@ -156,9 +148,8 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
     if fault.endswith("saved"):
         # Killed after the last step: the restart trains nothing, it only writes the files.
         assert len(starts) == 1 and doc["resumed_from_step"] == doc["steps_trained_total"]
-        # No fit ran in this attempt; the run's throughput comes from the backup's epochs.
+        # No fit ran in this attempt (the run's throughput arithmetic is a unit test).
         assert doc["fit_return_seconds"] is None
-        assert doc["examples_per_second"] == pytest.approx(first_attempts_rate(proc.stdout))
     else:
         # The restart resumed from the last backup, at most save_freq_steps back.
         assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
