@@ -102,7 +102,6 @@ class RunRecorder(keras.callbacks.Callback):
         self.initial_epoch: int | None = None
         self.initial_step: int | None = None
         self.steps_executed = 0
-        self.epochs_timed = 0  # by this attempt
         self._epoch_started = 0.0
         self._epoch_steps = 0
 
@@ -126,9 +125,8 @@ class RunRecorder(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         # First in the callback list: the epoch's steps are done, validation has not begun.
         seconds = time.perf_counter() - self._epoch_started
-        first = 1.0 if self.epochs_timed == 0 else 0.0
+        first = 1.0 if epoch == self.initial_epoch else 0.0
         self.state.epoch_timings[epoch] = [float(self._epoch_steps), seconds, first]
-        self.epochs_timed += 1
 
     def epoch_end_hook(self) -> keras.callbacks.Callback:
         """The callback that records each epoch; place it last, after validation."""
