@@ -77,6 +77,12 @@ class Train(RunTask):
     label_smoothing = luigi.FloatParameter(
         default=0.0, description="Label smoothing of the training loss, in [0, 1)."
     )
+    test_time_augment = luigi.ChoiceParameter(
+        default="off",
+        choices=["off", "flip"],
+        description="flip: the exported model averages its probabilities on each image and on "
+        "its left-right mirror; validation scores that model, so the best epoch is chosen on it.",
+    )
     max_restarts = luigi.IntParameter(
         default=2,
         description="Times the whole cluster is restarted (resuming from the backup) after a "
@@ -116,6 +122,7 @@ class Train(RunTask):
             "lr_schedule": self.lr_schedule,
             "warmup_epochs": self.warmup_epochs,
             "label_smoothing": repr(self.label_smoothing),
+            "test_time_augment": self.test_time_augment,
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
         }

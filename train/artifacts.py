@@ -61,17 +61,23 @@ def copy_atomic(source: str, target: str) -> None:
 
 
 def save_final(
-    model: keras.Model, trainer: keras.Model, train_dir: str, info: cluster.ClusterInfo
+    exported: keras.Model,
+    core: keras.Model,
+    trainer: keras.Model,
+    train_dir: str,
+    info: cluster.ClusterInfo,
 ) -> None:
-    """Every worker saves (the saves read distributed variables); only the chief keeps them.
+    """Saves the exported model and a checkpoint of the trained model and its optimizer.
+
+    Every worker saves (the saves read distributed variables); only the chief keeps them.
 
     Saves go to a local scratch folder first, so a retry repeats only the copy to the real
     path and never the collectives inside a save.
     """
     scratch = cluster.scratch_dir(info)
     try:
-        model.save(os.path.join(scratch, layout.MODEL_FILE))
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer)
+        exported.save(os.path.join(scratch, layout.MODEL_FILE))
+        checkpoint = tf.train.Checkpoint(model=core, optimizer=trainer.optimizer)
         checkpoint.write(os.path.join(scratch, layout.FINAL_CHECKPOINT_DIR, CHECKPOINT_PREFIX))
         if not cluster.may_write_real_paths(info):
             return

@@ -8,6 +8,7 @@ from typing import Any
 from contract import atomic
 
 AUGMENTATIONS = ("off", "flip-shift")
+TEST_TIME_AUGMENTATIONS = ("off", "flip")
 LR_SCHEDULES = ("plateau", "cosine")
 
 
@@ -45,6 +46,9 @@ class TrainConfig:
     lr_schedule: str = "plateau"
     warmup_epochs: int = 0
     label_smoothing: float = 0.0
+    # "off", or "flip": the exported model averages its probabilities on each image and on
+    # its left-right mirror; validation scores that model, so the best epoch is chosen on it.
+    test_time_augment: str = "off"
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -69,6 +73,11 @@ class TrainConfig:
         if self.augment not in AUGMENTATIONS:
             raise ConfigError(
                 f"augment must be one of {', '.join(AUGMENTATIONS)}, got {self.augment!r}"
+            )
+        if self.test_time_augment not in TEST_TIME_AUGMENTATIONS:
+            raise ConfigError(
+                f"test_time_augment must be one of {', '.join(TEST_TIME_AUGMENTATIONS)}, "
+                f"got {self.test_time_augment!r}"
             )
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import tf_keras as keras
 
 from train.config import ConfigError
@@ -93,6 +94,34 @@ def mlp(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
     outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
     return keras.Model(inputs, outputs, name="mlp")
+
+
+def mirror_averaged(core: keras.Model) -> keras.Model:
+    """`core` scored on each image and on its left-right mirror image, probabilities averaged.
+
+    Test-time flips, for models trained on flipped images too. Stock layers only (the mirror
+    is a fixed 0/1 matrix on the width axis), so model.keras loads with plain
+    `tf_keras.models.load_model`. Call inside the strategy's scope; `core` keeps its weights.
+    """
+    layers = keras.layers
+    if len(core.input_shape) != 4:
+        shape = list(core.input_shape[1:])
+        raise ConfigError(f"test-time flips need images of (height, width, channels), not {shape}")
+    width = core.input_shape[2]
+    inputs = keras.Input(shape=core.input_shape[1:], dtype="float32", name="image")
+    mirror = layers.Dense(
+        width, use_bias=False, kernel_initializer="zeros", trainable=False, name="mirror"
+    )  # zeros: draws no random numbers, so training is the same with or without it
+    # Dense acts on the last axis: move width there and back.
+    mirrored = layers.Permute((1, 3, 2))(mirror(layers.Permute((1, 3, 2))(inputs)))
+    mirror.set_weights([np.eye(width, dtype=np.float32)[::-1]])
+    outputs = layers.Average(name="mean_probabilities")([core(inputs), core(mirrored)])
+    return keras.Model(inputs, outputs, name=f"{core.name}_mirror_averaged")
+
+
+def for_inference(core: keras.Model, test_time_augment: str) -> keras.Model:
+    """The model validated each epoch and exported: `core` itself, or with test-time flips."""
+    return mirror_averaged(core) if test_time_augment == "flip" else core
 
 
 MODELS: dict[str, Builder] = {"cnn": cnn, "cnn2": cnn2, "cnn3": cnn3, "mlp": mlp}

@@ -26,14 +26,16 @@ def sync_batch_norm_statistics(model: keras.Model) -> None:
 
 
 class ExactValidation(keras.callbacks.Callback):
-    """Adds val_loss and val_accuracy over the whole validation split to the epoch's logs.
+    """Adds val_loss and val_accuracy of `scored` over the whole validation split to the logs.
 
+    `scored` is the model that will be exported (the trained one, or it with test-time flips).
     Must come before EarlyStopping and ReduceLROnPlateau in the callback list, so they decide
     on the same, exact numbers on every worker.
     """
 
     def __init__(
         self,
+        scored: keras.Model,
         dataset: tf.data.Dataset,
         strategy: tf.distribute.Strategy,
         expected_count: int,
@@ -41,13 +43,14 @@ class ExactValidation(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         self.collective_options = collective_options
+        self.scored = scored
         self.dataset = dataset
         self.strategy = strategy
         self.expected_count = expected_count
         self._score_batch: Any = None
 
     def _batch_sums(self, images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        probabilities = self.model(images, training=False)
+        probabilities = self.scored(images, training=False)
         losses = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
         predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
         correct = tf.cast(tf.equal(predicted, labels), tf.float64)
@@ -61,7 +64,7 @@ class ExactValidation(keras.callbacks.Callback):
 
     def evaluate(self) -> dict[str, float]:
         """Scores the whole validation split across workers; a collective, so all must call it."""
-        sync_batch_norm_statistics(self.model)
+        sync_batch_norm_statistics(self.scored)
         if self._score_batch is None:
             # Inside strategy.run the model reads each worker's local (now synced) values.
             self._score_batch = tf.function(

@@ -98,11 +98,13 @@ def loss(config: TrainConfig, num_classes: int) -> keras.losses.Loss:
 
 def build_trainer(
     config: TrainConfig, shard_manifest: dict[str, Any], strategy: tf.distribute.Strategy
-) -> tuple[keras.Model, Trainer]:
-    """The exported model and its compiled training wrapper, both made inside the scope."""
+) -> tuple[keras.Model, keras.Model, Trainer]:
+    """The trained model, the model validated and exported (the same, or it with test-time
+    flips) and the compiled training wrapper, all made inside the scope."""
     image_shape = shard_manifest["image_shape"]
     with strategy.scope():
         core = models.build(config.model, image_shape, shard_manifest["num_classes"])
+        exported = models.for_inference(core, config.test_time_augment)
         trainer = Trainer(
             core,
             config.histogram_freq_steps,
@@ -124,7 +126,7 @@ def build_trainer(
         labels = tf.zeros([1], tf.int64)
         trainer.compiled_loss.build(probabilities)
         trainer.compiled_metrics.build(probabilities, labels)
-    return core, trainer
+    return core, exported, trainer
 
 
 def callback_stack(
@@ -256,7 +258,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         info.worker_index, info.num_workers, chief, attempt, steps, global_batch, config.seed,
         plan.describe(),
     )  # fmt: skip
-    core, trainer = build_trainer(config, shard_manifest, strategy)
+    core, exported, trainer = build_trainer(config, shard_manifest, strategy)
     state, run_backup, best_weights = restore_or_begin(
         config, info, shard_manifest, strategy, core, trainer
     )
@@ -286,6 +288,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             )
 
         validation = ExactValidation(
+            exported,
             data.validation_dataset(
                 config.data_dir,
                 shard_manifest,
@@ -316,7 +319,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     callbacks.die_if_at(fault, "trained")
     if state.best_epoch >= 0:
         best_weights.apply(core)
-    artifacts.save_final(core, trainer, config.train_dir, info)
+    artifacts.save_final(exported, core, trainer, config.train_dir, info)
     callbacks.die_if_at(fault, "saved")
     history = recorder.history()
     document = {

@@ -125,6 +125,19 @@ def test_another_seed_gives_another_run(data_dir, tmp_path, uninterrupted):
 
 
 @pytest.mark.e2e
+def test_test_time_flips_change_what_is_validated_not_the_training(
+    data_dir, tmp_path, uninterrupted
+):
+    train_dir = str(tmp_path / "train")
+    finished(train(data_dir, train_dir, epochs=1, test_time_augment="flip"))
+    first_epoch = {k: v[0] for k, v in history(train_dir)["history"].items()}
+    reference = {k: v[0] for k, v in uninterrupted[1]["history"].items()}
+    assert first_epoch["loss"] == reference["loss"]
+    assert first_epoch["accuracy"] == reference["accuracy"]
+    assert first_epoch["val_loss"] != reference["val_loss"]
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "fault",
     [

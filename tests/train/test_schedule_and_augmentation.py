@@ -1,13 +1,15 @@
-"""Augmentation (training batches only, seeded), the cosine schedule and label smoothing."""
+"""Augmentation (training batches only, seeded), the cosine schedule, label smoothing and
+test-time flips."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 from tests.train.conftest import write_small_shard_set
-from train import data, worker
+from train import data, models, worker
 from train.config import ConfigError, TrainConfig
 
 BATCH = 48
@@ -111,6 +113,7 @@ def test_label_smoothing_moves_the_target_towards_uniform():
         ({"lr_schedule": "step"}, "lr_schedule must be one of plateau, cosine"),
         ({"warmup_epochs": 15}, "warmup_epochs must be in [0, epochs=15)"),
         ({"label_smoothing": 1.0}, "label_smoothing must be in [0, 1)"),
+        ({"test_time_augment": "crop"}, "test_time_augment must be one of off, flip"),
     ],
 )
 def test_bad_settings_are_named(overrides, message):
@@ -118,3 +121,19 @@ def test_bad_settings_are_named(overrides, message):
         ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
     ):
         TrainConfig(data_dir="d", train_dir="t", **overrides).check()
+
+
+def test_test_time_flips_average_the_image_and_its_mirror_and_load_without_custom_objects(
+    tmp_path,
+):
+    core = models.build("cnn3", [28, 28, 1], 10)
+    exported = models.for_inference(core, "flip")
+    images = np.random.default_rng(0).integers(0, 256, [4, 28, 28, 1]).astype(np.float32)
+    expected = (core(images).numpy() + core(images[:, :, ::-1]).numpy()) / 2
+    np.testing.assert_array_equal(exported(images).numpy(), expected)
+    assert not np.array_equal(core(images).numpy(), expected)  # the mirror changes the output
+    assert exported.trainable_weights == core.trainable_weights  # the same, trained weights
+    path = str(tmp_path / "model.keras")
+    exported.save(path)
+    np.testing.assert_array_equal(keras.models.load_model(path)(images).numpy(), expected)
+    assert models.for_inference(core, "off") is core

@@ -27,12 +27,16 @@ TOTAL_STEPS = SMALL_RUN["epochs"] * (256 // SMALL_RUN["per_worker_batch_size"])
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """One small two-worker run shared by the tests of this module: (data_dir, train_dir, proc)."""
+    """One small two-worker run shared by the tests of this module: (data_dir, train_dir, proc).
+
+    With test-time flips, so that the exact validation is checked on the exported model that
+    scores each image and its mirror.
+    """
     root = tmp_path_factory.mktemp("two_workers")
     data_dir, train_dir = str(root / "data"), str(root / "train")
     write_small_shard_set(data_dir)
     proc = subprocess.run(
-        launch_argv(data_dir, train_dir),
+        launch_argv(data_dir, train_dir, test_time_augment="flip"),
         cwd=PROJECT_ROOT,
         env=train_env(),
         capture_output=True,
@@ -54,6 +58,7 @@ def test_artefacts_present_and_model_loads(finished_run):
         assert os.path.isfile(os.path.join(train_dir, name)), name
     assert glob.glob(os.path.join(train_dir, layout.FINAL_CHECKPOINT_DIR, "*.index"))
     model = keras.models.load_model(os.path.join(train_dir, layout.MODEL_FILE))
+    assert "mirror" in [layer.name for layer in model.layers]  # test-time flips exported
     probabilities = model.predict(np.full([3, 28, 28, 1], 128.0, np.float32), verbose=0)
     assert probabilities.shape == (3, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
