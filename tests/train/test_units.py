@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -148,6 +149,30 @@ def test_train_dataset_resumed_mid_epoch_feeds_the_same_batches(tmp_path, budget
     ).take(steps)
     distinct = {image.tobytes() for x, _ in images for image in x.numpy()}
     assert len(distinct) == steps * 48
+
+
+@pytest.mark.parametrize("budget_mb", [1024, 0], ids=["in-memory", "streamed"])
+def test_multi_worker_steps_do_not_all_reduce_whether_input_remains(tmp_path, budget_mb):
+    """tf.distribute's own decision: for a dataset not known to be endless, every step of a
+    multi-worker fit would all-reduce whether any worker still has data."""
+    from tensorflow.python.distribute import input_lib
+
+    from tests.train.conftest import write_small_shard_set
+    from train import data
+
+    shard_manifest = write_small_shard_set(str(tmp_path))
+    dataset = data.train_dataset(
+        str(tmp_path), shard_manifest, 0, 48, seed=5, memory_budget_mb=budget_mb
+    )
+    multi_worker = types.SimpleNamespace(
+        extended=types.SimpleNamespace(
+            experimental_enable_get_next_as_optional=True, _in_multi_worker_mode=lambda: True
+        )
+    )
+    decide = input_lib._enable_get_next_as_optional
+    assert decide(multi_worker, dataset, dataset.cardinality()) is False
+    unknown_length = dataset.filter(lambda x, y: True)
+    assert decide(multi_worker, unknown_length, unknown_length.cardinality()) is True
 
 
 def test_run_state_round_trips_through_json():
