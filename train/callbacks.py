@@ -75,6 +75,39 @@ class FaultInjection(keras.callbacks.Callback):
         die_if_at(self.point, f"validated-{epoch + 1}")
 
 
+class TrainMetrics(keras.callbacks.Callback):
+    """Puts the training loss and accuracy of all workers into the logs when they are read:
+    at every epoch's end and every `freq_steps` steps (for TensorBoard's step scalars).
+
+    The train step only adds to each worker's running sums; reading a metric here sums
+    them across workers (collectives), so every worker must run this callback, first in
+    the list, at the same steps.
+    """
+
+    def __init__(self, freq_steps: int) -> None:
+        super().__init__()
+        self._supports_tf_logs = True  # fills the logs in; reads nothing from them per step
+        self.freq_steps = freq_steps
+        self._step: int | None = None
+
+    def _read(self, logs: dict[str, Any] | None) -> None:
+        if logs is not None:
+            logs.update({m.name: float(m.result()) for m in self.model.metrics})
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._step is None:  # once, after the backup has restored the step
+            self._step = current_step(self.model)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        assert self._step is not None
+        self._step += 1
+        if self.freq_steps > 0 and self._step % self.freq_steps == 0:
+            self._read(logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._read(logs)
+
+
 class LearningRateLog(keras.callbacks.Callback):
     """Records the epoch's learning rate; place it before ReduceLROnPlateau changes it."""
 

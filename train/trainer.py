@@ -69,7 +69,11 @@ class Trainer(keras.Model):
         self.optimizer.apply_gradients(
             zip(grads, variables, strict=True), skip_gradients_aggregation=True
         )
-        return self.compute_metrics(x, y, y_pred, None)
+        # Only each worker's running sums: Keras's compute_metrics would also read every
+        # metric across workers and sum the step's outputs, six collectives a step for logs
+        # nobody reads per step. callbacks.TrainMetrics reads them when they are used.
+        self.compiled_metrics.update_state(y, y_pred)
+        return {}
 
     def _write_histograms(self, grads: list[tf.Tensor], variables: list[tf.Variable]) -> None:
         if self.histogram_freq_steps <= 0 or self.summary_writer is None:

@@ -141,6 +141,7 @@ def callback_stack(
     stack: list[keras.callbacks.Callback] = [
         resumable.RestoreRunningMetrics(parts.run_backup.worker_local, state.step),
         parts.recorder,
+        callbacks.TrainMetrics(config.scalar_freq_steps),
         parts.validation,
         callbacks.FaultInjection(info.worker_index, cluster.attempt_number()),
         callbacks.LearningRateLog(),  # the rate the epoch used, before ReduceLROnPlateau

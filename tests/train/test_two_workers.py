@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -18,11 +20,17 @@ from tests.train.conftest import (
     NUM_VALIDATION,
     SMALL_RUN,
     launch_argv,
+    log_text,
     train_env,
     write_small_shard_set,
 )
 
-TOTAL_STEPS = SMALL_RUN["epochs"] * (256 // SMALL_RUN["per_worker_batch_size"])
+STEPS_PER_EPOCH = 256 // SMALL_RUN["per_worker_batch_size"]
+TOTAL_STEPS = SMALL_RUN["epochs"] * STEPS_PER_EPOCH
+# TensorFlow logs each collective it launches ("Collective ExecuteAsync start for <op>: ...")
+# at this verbosity of its collective kernels.
+COLLECTIVE_LOG_MODULE = "collective_ops=2"
+COLLECTIVE_LAUNCH = re.compile(r"Collective ExecuteAsync start for (\S+):")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +46,7 @@ def finished_run(tmp_path_factory):
     proc = subprocess.run(
         launch_argv(data_dir, train_dir, test_time_augment="flip"),
         cwd=PROJECT_ROOT,
-        env=train_env(),
+        env=train_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE=COLLECTIVE_LOG_MODULE),
         capture_output=True,
         text=True,
         timeout=300,
@@ -100,6 +108,16 @@ def test_each_worker_logs_to_its_own_file(finished_run):
         assert f"END steps_executed={TOTAL_STEPS} final_step={TOTAL_STEPS}" in text
 
 
+def test_a_training_step_runs_one_collective_the_gradient_all_reduce(finished_run):
+    """Keras would also read every metric across workers and sum the step's outputs (six
+    collectives a step), and tf.distribute would ask whether any worker still has data."""
+    _, train_dir, _ = finished_run
+    launched = collections.Counter(COLLECTIVE_LAUNCH.findall(log_text(train_dir, 1)))
+    assert launched, f"no collective launches logged (TF_CPP_VMODULE={COLLECTIVE_LOG_MODULE})"
+    every_step = sorted(op for op, count in launched.items() if count >= TOTAL_STEPS)
+    assert len(every_step) == 1, f"collectives run at least once a step: {launched}"
+
+
 def test_validation_is_exact_over_every_example(finished_run):
     """The distributed val metrics equal one process scoring the saved weights on all 203."""
     data_dir, train_dir, _ = finished_run
@@ -140,6 +158,16 @@ def test_tensorboard_reads_scalars_learning_rate_and_gradient_histograms(finishe
         assert accumulator.SummaryMetadata(f"epoch/{name}").plugin_data.plugin_name == "scalars"
         values = [float(tf.make_ndarray(e.tensor_proto)) for e in events]
         assert values == pytest.approx(doc["history"][name], rel=1e-6)
+    for name in ("loss", "accuracy"):
+        # All workers' running means: at an epoch's last step, the epoch's value.
+        by_step = {
+            e.step: float(tf.make_ndarray(e.tensor_proto))
+            for e in accumulator.Tensors(f"step/{name}")
+        }
+        epoch_ends = range(STEPS_PER_EPOCH, TOTAL_STEPS + 1, STEPS_PER_EPOCH)
+        assert [by_step[step] for step in epoch_ends] == pytest.approx(
+            doc["history"][name], rel=1e-6
+        )
     step_rates = accumulator.Tensors("step/learning_rate")
     assert [e.step for e in step_rates] == list(
         range(SMALL_RUN["scalar_freq_steps"], TOTAL_STEPS + 1, SMALL_RUN["scalar_freq_steps"])
