@@ -88,10 +88,11 @@ def make_strategy() -> tf.distribute.Strategy:
 
     The timeout goes on the collectives that every step and epoch must pass
     (`timed_collectives`), not on all of them: TF parks one timer thread per timed collective
-    for the whole timeout, and Keras's own per-step bookkeeping collectives (about a dozen a
-    step here) would pile up thousands of sleeping threads until thread creation fails
-    ("Resource temporarily unavailable") after ~10 epochs. Those run right after the timed
-    gradient all-reduce, which is the one that fails first when a peer has vanished.
+    for the whole timeout. With Keras's per-step metric collectives (gone since the train
+    step stopped reading metrics across workers) a blanket timeout piled up thousands of
+    sleeping threads until thread creation failed ("Resource temporarily unavailable") after
+    ~10 epochs. The untimed rest (metric reads at epoch ends, saves) run after a timed
+    all-reduce, which is the one that fails first when a peer has vanished.
     """
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
