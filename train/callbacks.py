@@ -80,8 +80,8 @@ class TrainMetrics(keras.callbacks.Callback):
     at every epoch's end and every `freq_steps` steps (for TensorBoard's step scalars).
 
     The train step only adds to each worker's running sums; reading a metric here sums
-    them across workers (collectives), so every worker must run this callback, first in
-    the list, at the same steps.
+    them across workers (collectives), so every worker must run this callback at the same
+    steps, before anything that reads the training metrics from the logs.
     """
 
     def __init__(self, freq_steps: int) -> None:

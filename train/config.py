@@ -70,19 +70,16 @@ class TrainConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or more, got {getattr(self, name)}")
-        if self.augment not in AUGMENTATIONS:
-            raise ConfigError(
-                f"augment must be one of {', '.join(AUGMENTATIONS)}, got {self.augment!r}"
-            )
-        if self.test_time_augment not in TEST_TIME_AUGMENTATIONS:
-            raise ConfigError(
-                f"test_time_augment must be one of {', '.join(TEST_TIME_AUGMENTATIONS)}, "
-                f"got {self.test_time_augment!r}"
-            )
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(
-                f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"
-            )
+        choices = {
+            "augment": AUGMENTATIONS,
+            "test_time_augment": TEST_TIME_AUGMENTATIONS,
+            "lr_schedule": LR_SCHEDULES,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
+                )
         if not 0 <= self.warmup_epochs < self.epochs:
             raise ConfigError(
                 f"warmup_epochs must be in [0, epochs={self.epochs}), got {self.warmup_epochs}"

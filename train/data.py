@@ -244,7 +244,7 @@ def train_dataset(
         .map(to_examples, num_parallel_calls=PARALLEL_CALLS)
         # Endless, and now declared so: a dataset of unknown length makes every step of a
         # multi-worker fit all-reduce whether any worker still has data (tf.distribute's
-        # get_next_as_optional), a second collective in each step besides the gradients'.
+        # get_next_as_optional), one more collective in each step besides the gradients'.
         .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     )
     return _worker_options(dataset.prefetch(PREFETCH_BATCHES))
