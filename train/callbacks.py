@@ -75,7 +75,27 @@ class FaultInjection(keras.callbacks.Callback):
         die_if_at(self.point, f"validated-{epoch + 1}")
 
 
-class TrainMetrics(keras.callbacks.Callback):
+class _StepCounter(keras.callbacks.Callback):
+    """Knows the global step at each batch's end without reading the optimizer every step:
+    reads it once, at the first batch (after the backup has restored it), then counts."""
+
+    def __init__(self, freq_steps: int) -> None:
+        super().__init__()
+        self.freq_steps = freq_steps
+        self._step: int | None = None
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._step is None:
+            self._step = current_step(self.model)
+
+    def _finished_step(self) -> tuple[int, bool]:
+        """Counts the step that just ended: (its global step, whether `freq_steps` is due)."""
+        assert self._step is not None
+        self._step += 1
+        return self._step, self.freq_steps > 0 and self._step % self.freq_steps == 0
+
+
+class TrainMetrics(_StepCounter):
     """Puts the training loss and accuracy of all workers into the logs when they are read:
     at every epoch's end and every `freq_steps` steps (for TensorBoard's step scalars).
 
@@ -85,23 +105,16 @@ class TrainMetrics(keras.callbacks.Callback):
     """
 
     def __init__(self, freq_steps: int) -> None:
-        super().__init__()
+        super().__init__(freq_steps)
         self._supports_tf_logs = True  # fills the logs in; reads nothing from them per step
-        self.freq_steps = freq_steps
-        self._step: int | None = None
 
     def _read(self, logs: dict[str, Any] | None) -> None:
         if logs is not None:
             logs.update({m.name: float(m.result()) for m in self.model.metrics})
 
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._step is None:  # once, after the backup has restored the step
-            self._step = current_step(self.model)
-
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        assert self._step is not None
-        self._step += 1
-        if self.freq_steps > 0 and self._step % self.freq_steps == 0:
+        _, due = self._finished_step()
+        if due:
             self._read(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -211,19 +224,13 @@ class _EpochEndHook(keras.callbacks.Callback):
         self.recorder.record_epoch(epoch, logs)
 
 
-class ChiefTensorBoard(keras.callbacks.Callback):
+class ChiefTensorBoard(_StepCounter):
     """Writes scalars every `freq_steps` steps and at every epoch end (chief only)."""
 
     def __init__(self, writer: tf.summary.SummaryWriter, freq_steps: int) -> None:
-        super().__init__()
+        super().__init__(freq_steps)
         self._supports_tf_logs = True  # read the logs only when due, not every step
         self.writer = writer
-        self.freq_steps = freq_steps
-        self._step: int | None = None
-
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._step is None:  # once, after BackupAndRestore has restored the step
-            self._step = current_step(self.model)
 
     def _write(self, prefix: str, values: dict[str, Any], step: int) -> None:
         with self.writer.as_default():
@@ -231,10 +238,8 @@ class ChiefTensorBoard(keras.callbacks.Callback):
                 tf.summary.scalar(f"{prefix}/{name}", float(value), step=step)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        assert self._step is not None
-        self._step += 1
-        step = self._step
-        if self.freq_steps > 0 and step % self.freq_steps == 0:
+        step, due = self._finished_step()
+        if due:
             values = {k: v for k, v in (logs or {}).items() if k in HISTORY_KEYS}
             values["learning_rate"] = learning_rate(self.model)
             self._write("step", values, step)
