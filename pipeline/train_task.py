@@ -83,6 +83,13 @@ class Train(RunTask):
         description="flip: the exported model averages its probabilities on each image and on "
         "its left-right mirror; validation scores that model, so the best epoch is chosen on it.",
     )
+    precision = luigi.ChoiceParameter(
+        default="float32",
+        choices=["float32", "mixed_bfloat16", "auto"],
+        description="Keras dtype policy: mixed_bfloat16 computes in bfloat16 with float32 "
+        "variables and softmax (faster where the CPU has AMX, or on a recent GPU); auto: "
+        "mixed_bfloat16 where the CPU reports AMX-BF16, float32 elsewhere.",
+    )
     max_restarts = luigi.IntParameter(
         default=2,
         description="Times the whole cluster is restarted (resuming from the backup) after a "
@@ -123,6 +130,7 @@ class Train(RunTask):
             "warmup_epochs": self.warmup_epochs,
             "label_smoothing": repr(self.label_smoothing),
             "test_time_augment": self.test_time_augment,
+            "precision": self.precision,
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
         }

@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     tf_logger = logging.getLogger("tensorflow")
     tf_logger.setLevel(logging.WARNING)
     tf_logger.propagate = False
-    config = _config(args)
+    # "auto" precision is settled once, here: every worker gets the same, concrete policy.
+    config = _config(args).resolved()
     try:
         storage.check_supported(config.data_dir, "data dir")
         storage.check_supported(config.train_dir, "train dir")

@@ -54,6 +54,7 @@ SHAPING_SETTINGS = (
     "warmup_epochs",
     "label_smoothing",
     "test_time_augment",
+    "precision",
 )
 # Test-only: "<first save>:<failures>:<errno name>" makes the chief's next <failures> writes
 # to the backup folder, from save number <first save> (1-based) on, fail with that OSError,

@@ -10,6 +10,12 @@ from contract import atomic
 AUGMENTATIONS = ("off", "flip-shift")
 TEST_TIME_AUGMENTATIONS = ("off", "flip")
 LR_SCHEDULES = ("plateau", "cosine")
+# Keras dtype policies, or "auto": the one that trains fastest on this machine's CPU
+# (resolved_precision). Variables stay float32 either way.
+PRECISIONS = ("float32", "mixed_bfloat16", "auto")
+# CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
+# Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
+BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
 
 
 class ConfigError(ValueError):
@@ -49,6 +55,10 @@ class TrainConfig:
     # "off", or "flip": the exported model averages its probabilities on each image and on
     # its left-right mirror; validation scores that model, so the best epoch is chosen on it.
     test_time_augment: str = "off"
+    # "float32", or "mixed_bfloat16": layers compute in bfloat16 with float32 variables,
+    # softmax and loss (train.models); the exported model keeps the policy. "auto" is
+    # resolved to one of them before any worker starts (resolved()).
+    precision: str = "float32"
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -74,6 +84,7 @@ class TrainConfig:
             "augment": AUGMENTATIONS,
             "test_time_augment": TEST_TIME_AUGMENTATIONS,
             "lr_schedule": LR_SCHEDULES,
+            "precision": PRECISIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -90,6 +101,15 @@ class TrainConfig:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
         if not self.collective_timeout_seconds > 0:
             raise ConfigError("collective_timeout_seconds must be positive")
+
+    def resolved(self, cpu_flags: frozenset[str] | None = None) -> TrainConfig:
+        """This config with precision "auto" replaced by the policy it stands for here:
+        mixed_bfloat16 where the CPU has BFLOAT16_CPU_FLAGS, else float32."""
+        if self.precision != "auto":
+            return self
+        flags = read_cpu_flags() if cpu_flags is None else cpu_flags
+        precision = "mixed_bfloat16" if flags >= BFLOAT16_CPU_FLAGS else "float32"
+        return dataclasses.replace(self, precision=precision)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,3 +129,16 @@ class TrainConfig:
 
     def write(self, path: str) -> None:
         atomic.write_json_atomic(path, self.to_dict())
+
+
+def read_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first CPU's feature flags; none where the file is missing (not Linux)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()

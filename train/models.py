@@ -16,6 +16,14 @@ Builder = Callable[[Sequence[int], int], keras.Model]
 BN_MOMENTUM = 0.9
 
 
+def _probabilities(x: keras.KerasTensor, num_classes: int) -> keras.KerasTensor:
+    """The softmax layer, in float32 under any dtype policy: a bfloat16 softmax would round
+    the probabilities the loss and the metrics are computed from to 3 significant digits."""
+    return keras.layers.Dense(
+        num_classes, activation="softmax", name="probabilities", dtype="float32"
+    )(x)
+
+
 def _dense_head(x: keras.KerasTensor, num_classes: int) -> keras.KerasTensor:
     """The convolutional models' head: flatten, dense 128 with batch norm, dropout, softmax."""
     layers = keras.layers
@@ -24,7 +32,7 @@ def _dense_head(x: keras.KerasTensor, num_classes: int) -> keras.KerasTensor:
     x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
     x = layers.Activation("relu")(x)
     x = layers.Dropout(0.4)(x)
-    return layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    return _probabilities(x, num_classes)
 
 
 def _pooled_block(x: keras.KerasTensor, filters: int) -> keras.KerasTensor:
@@ -92,7 +100,7 @@ def mlp(image_shape: Sequence[int], num_classes: int) -> keras.Model:
     x = layers.Flatten()(x)
     x = layers.Dense(64, activation="relu")(x)
     x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-    outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    outputs = _probabilities(x, num_classes)
     return keras.Model(inputs, outputs, name="mlp")
 
 
@@ -115,7 +123,9 @@ def mirror_averaged(core: keras.Model) -> keras.Model:
     # Dense acts on the last axis: move width there and back.
     mirrored = layers.Permute((1, 3, 2))(mirror(layers.Permute((1, 3, 2))(inputs)))
     mirror.set_weights([np.eye(width, dtype=np.float32)[::-1]])
-    outputs = layers.Average(name="mean_probabilities")([core(inputs), core(mirrored)])
+    outputs = layers.Average(name="mean_probabilities", dtype="float32")(
+        [core(inputs), core(mirrored)]
+    )
     return keras.Model(inputs, outputs, name=f"{core.name}_mirror_averaged")
 
 
@@ -133,7 +143,11 @@ def check_name(name: str) -> None:
         raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
 
 
-def build(name: str, image_shape: Sequence[int], num_classes: int) -> keras.Model:
-    """Builds the named model (call inside `strategy.scope()`)."""
+def build(
+    name: str, image_shape: Sequence[int], num_classes: int, precision: str = "float32"
+) -> keras.Model:
+    """Builds the named model under the dtype policy `precision` (call inside
+    `strategy.scope()`). The policy is Keras's global one: it is set here for every model."""
     check_name(name)
+    keras.mixed_precision.set_global_policy(precision)
     return MODELS[name](image_shape, num_classes)

@@ -40,7 +40,8 @@ class Trainer(keras.Model):
         histogram_freq_steps: int,
         collective_options: tf.distribute.experimental.CommunicationOptions,
     ) -> None:
-        super().__init__(name="trainer")
+        # No autocast: the images go to `core` as they come, whatever the dtype policy.
+        super().__init__(name="trainer", autocast=False)
         self.core = core
         self.collective_options = collective_options
         self.histogram_freq_steps = histogram_freq_steps

@@ -103,7 +103,9 @@ def build_trainer(
     flips) and the compiled training wrapper, all made inside the scope."""
     image_shape = shard_manifest["image_shape"]
     with strategy.scope():
-        core = models.build(config.model, image_shape, shard_manifest["num_classes"])
+        core = models.build(
+            config.model, image_shape, shard_manifest["num_classes"], config.precision
+        )
         exported = models.for_inference(core, config.test_time_augment)
         trainer = Trainer(
             core,
@@ -239,6 +241,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         BackupError: the backup could not be written (every worker raises it together).
     """
     started = time.perf_counter()
+    config = config.resolved()
     info = cluster.read_cluster()
     attempt = cluster.attempt_number()
     fault = callbacks.fault_point(info.worker_index, attempt)
@@ -255,9 +258,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
     )  # fmt: skip
     log.info(
         "worker %d of %d (chief=%s) attempt %d: %d steps/epoch, global batch %d, seed %d, "
-        "input %s",
+        "precision %s, input %s",
         info.worker_index, info.num_workers, chief, attempt, steps, global_batch, config.seed,
-        plan.describe(),
+        config.precision, plan.describe(),
     )  # fmt: skip
     core, exported, trainer = build_trainer(config, shard_manifest, strategy)
     state, run_backup, best_weights = restore_or_begin(
@@ -337,6 +340,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         "global_batch_size": global_batch,
         "per_worker_batch_size": config.per_worker_batch_size,
         "model": config.model,
+        "precision": config.precision,
         "seed": config.seed,
         "validation_examples": shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
         "attempt": attempt,

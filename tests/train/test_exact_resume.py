@@ -37,10 +37,10 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
-# cnn2's recipe (README, "Train stage"): on-the-fly augmentation, a warmed-up cosine schedule
-# and label smoothing, all of whose state a resume must put back.
-CNN2_RECIPE = {
-    "model": "cnn2",
+# The nightly recipe's kind (README, "Train stage"): on-the-fly augmentation, a warmed-up
+# cosine schedule and label smoothing, all of whose state a resume must put back; with cnn2 in
+# float32 and with the nightly cnn3 computing in bfloat16.
+RECIPE = {
     "epochs": 3,
     "augment": "flip-shift",
     "lr_schedule": "cosine",
@@ -173,13 +173,16 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
 
 
 @pytest.mark.e2e
-def test_cnn2_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path):
+@pytest.mark.parametrize(
+    "model, precision", [("cnn2", "float32"), ("cnn3", "mixed_bfloat16")], ids=["cnn2", "cnn3-bf16"]
+)
+def test_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path, model, precision):
+    recipe = {**RECIPE, "model": model, "precision": precision}
     reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
-    finished(train(data_dir, reference_dir, **CNN2_RECIPE))
+    finished(train(data_dir, reference_dir, **recipe))
+    assert history(reference_dir)["precision"] == precision
     fault = f"1:{STEPS_PER_EPOCH + 9}"  # inside the second epoch, past a backup
-    proc = train(
-        data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **CNN2_RECIPE
-    )
+    proc = train(data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **recipe)
     finished(proc)
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
     assert outcome(resumed_dir) == outcome(reference_dir)

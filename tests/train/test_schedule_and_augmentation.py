@@ -10,7 +10,7 @@ import tf_keras as keras
 
 from tests.train.conftest import write_small_shard_set
 from train import data, models, worker
-from train.config import ConfigError, TrainConfig
+from train.config import ConfigError, TrainConfig, read_cpu_flags
 
 BATCH = 48
 
@@ -114,6 +114,7 @@ def test_label_smoothing_moves_the_target_towards_uniform():
         ({"warmup_epochs": 15}, "warmup_epochs must be in [0, epochs=15)"),
         ({"label_smoothing": 1.0}, "label_smoothing must be in [0, 1)"),
         ({"test_time_augment": "crop"}, "test_time_augment must be one of off, flip"),
+        ({"precision": "float16"}, "precision must be one of float32, mixed_bfloat16, auto"),
     ],
 )
 def test_bad_settings_are_named(overrides, message):
@@ -121,6 +122,53 @@ def test_bad_settings_are_named(overrides, message):
         ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
     ):
         TrainConfig(data_dir="d", train_dir="t", **overrides).check()
+
+
+@pytest.fixture
+def float32_policy_after():
+    """Puts Keras's global dtype policy back for the tests after this one."""
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("test_time_augment", ["off", "flip"])
+def test_mixed_bfloat16_computes_in_bfloat16_with_float32_weights_and_probabilities(
+    tmp_path, float32_policy_after, test_time_augment
+):
+    images = np.random.default_rng(1).integers(0, 256, [8, 28, 28, 1]).astype(np.float32)
+    reference = models.for_inference(models.build("cnn3", [28, 28, 1], 10), test_time_augment)
+    mixed_core = models.build("cnn3", [28, 28, 1], 10, "mixed_bfloat16")
+    mixed = models.for_inference(mixed_core, test_time_augment)
+    mixed.set_weights(reference.get_weights())
+    convolutions = [layer for layer in mixed_core.layers if "conv" in layer.name]
+    assert convolutions and all(layer.compute_dtype == "bfloat16" for layer in convolutions)
+    assert {v.dtype for v in mixed.variables} == {tf.float32}
+    out = mixed(images).numpy()
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-6)
+    expected = reference(images).numpy()
+    assert not np.array_equal(out, expected)  # rounded to bfloat16 on the way
+    np.testing.assert_allclose(out, expected, atol=0.05)
+    # The exported file keeps the policy: evaluate scores what validation scored.
+    path = str(tmp_path / "model.keras")
+    mixed.save(path)
+    keras.mixed_precision.set_global_policy("float32")
+    np.testing.assert_array_equal(keras.models.load_model(path)(images).numpy(), out)
+
+
+def test_auto_precision_is_bfloat16_only_where_the_cpu_has_amx_bf16(tmp_path):
+    auto = TrainConfig(data_dir="d", train_dir="t", precision="auto")
+    amx = frozenset({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
+    assert auto.resolved(amx).precision == "mixed_bfloat16"
+    assert auto.resolved(frozenset({"avx2", "fma"})).precision == "float32"
+    assert auto.resolved(frozenset({"avx512f", "avx512_bf16"})).precision == "float32"
+    assert auto.resolved(amx).model == auto.model  # nothing else changes
+    chosen = TrainConfig(data_dir="d", train_dir="t", precision="float32")
+    assert chosen.resolved(amx) is chosen  # a chosen policy stays
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\n")
+    assert read_cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "amx_bf16"}
+    assert read_cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
 def test_test_time_flips_average_the_image_and_its_mirror_and_load_without_custom_objects(
