@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         "--models",
         type=lambda text: tuple(text.split(",")),
         default=None,
-        help="tta: models to time, e.g. cnn2 (default cnn,cnn2: before and after)",
+        help="tta: models to time, name or name:precision, e.g. cnn3:mixed_bfloat16 "
+        "(default cnn,cnn2,cnn3,cnn3:mixed_bfloat16)",
     )
     args = parser.parse_args(argv)
     options = {k: v for k, v in vars(args).items() if k != "names" and v is not None}

@@ -2,10 +2,12 @@
 
 Measured in one process with every core (TensorFlow's default thread pools), seeded with op
 determinism on as the Train stage runs, on random float32 images of the default dataset's
-shape, so the input pipeline is timed on its own; once for the nightly default `cnn`, then
-`cnn2` and `cnn3`:
+shape, so the input pipeline is timed on its own; once for the old default `cnn`, then
+`cnn2` and `cnn3`, and `cnn3` again computing in bfloat16 (the nightly's `precision = auto` on
+a CPU with AMX-BF16):
 
-- peak: a 1024x1024 float32 matmul loop, the most this CPU does through TensorFlow;
+- peak: a 1024x1024 matmul loop in the step's compute type (float32, or bfloat16 for the
+  mixed_bfloat16 row), the most this CPU does through TensorFlow;
 - the model's FLOPs per example, counted by layer arithmetic (Conv2D and Dense multiply-adds;
   batch norm, pooling and activations are left out, well under 1 % of the total); a training
   step is counted as 3x the forward pass (forward, gradient with respect to activations and
@@ -33,20 +35,28 @@ from bench.result import Result
 MATMUL_N = 1024
 MATMUL_SECONDS = 3.0
 BATCH = 256
-# The nightly default (no augmentation), then cnn2 and cnn3 with the augmentation of their recipe.
-RECIPES = (("cnn", "off"), ("cnn2", "flip-shift"), ("cnn3", "flip-shift"))
+# The old default (no augmentation), then cnn2 and cnn3 with the augmentation of their recipe,
+# in float32 and in mixed bfloat16: (model, augment, precision).
+RECIPES = (
+    ("cnn", "off", "float32"),
+    ("cnn2", "flip-shift", "float32"),
+    ("cnn3", "flip-shift", "float32"),
+    ("cnn3", "flip-shift", "mixed_bfloat16"),
+)
+# The matmul type whose peak a step computing under a dtype policy is held against.
+MATMUL_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16"}
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 WARMUP_STEPS = 10
 TIMED_STEPS = 40
 
 
-def matmul_peak_flops() -> float:
-    """FLOP/s of a square float32 matmul loop (best of three timed windows)."""
+def matmul_peak_flops(dtype: str = "float32") -> float:
+    """FLOP/s of a square matmul loop in `dtype` (best of three timed windows)."""
     import tensorflow as tf
 
-    a = tf.random.normal([MATMUL_N, MATMUL_N])
-    b = tf.random.normal([MATMUL_N, MATMUL_N])
+    a = tf.cast(tf.random.normal([MATMUL_N, MATMUL_N]), dtype)
+    b = tf.cast(tf.random.normal([MATMUL_N, MATMUL_N]), dtype)
 
     @tf.function
     def ten_matmuls(x: tf.Tensor) -> tf.Tensor:
@@ -90,7 +100,7 @@ def _seconds_per_call(fn: Callable[[], Any], steps: int = TIMED_STEPS) -> float:
     return (time.perf_counter() - started) / steps
 
 
-def step_breakdown(model_name: str, augment: str) -> dict[str, float]:
+def step_breakdown(model_name: str, augment: str, precision: str = "float32") -> dict[str, float]:
     """Seconds per step of each part of training one batch of BATCH examples."""
     import numpy as np
     import tensorflow as tf
@@ -99,7 +109,7 @@ def step_breakdown(model_name: str, augment: str) -> dict[str, float]:
     from train import determinism, models
 
     determinism.make_deterministic(0)  # as the Train stage runs: seeded, deterministic ops
-    model = models.build(model_name, IMAGE_SHAPE, NUM_CLASSES)
+    model = models.build(model_name, IMAGE_SHAPE, NUM_CLASSES, precision)
     optimizer = keras.optimizers.Adam(1e-3)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     rng = np.random.default_rng(0)
@@ -237,12 +247,15 @@ def _all_reduce_worker(num_floats: int) -> None:
 
 
 def run() -> list[Result]:
-    peak = matmul_peak_flops()
-    return [_profile_row(name, augment, peak) for name, augment in RECIPES]
+    peaks = {dtype: matmul_peak_flops(dtype) for dtype in sorted(set(MATMUL_DTYPE.values()))}
+    return [
+        _profile_row(name, augment, precision, peaks[MATMUL_DTYPE[precision]])
+        for name, augment, precision in RECIPES
+    ]
 
 
-def _profile_row(model_name: str, augment: str, peak: float) -> Result:
-    times = step_breakdown(model_name, augment)
+def _profile_row(model_name: str, augment: str, precision: str, peak: float) -> Result:
+    times = step_breakdown(model_name, augment, precision)
     flops_per_step = 3 * times["forward_flops_per_example"] * BATCH
     achieved = flops_per_step / times["fit step"]
     bare = flops_per_step / times["train step"]
@@ -261,12 +274,13 @@ def _profile_row(model_name: str, augment: str, peak: float) -> Result:
         f"fit step {times['fit step'] * 1e3:.1f} ms = {BATCH / times['fit step']:,.0f} "
         f"examples/s; {times['forward_flops_per_example'] / 1e6:.1f} MFLOP forward per "
         f"example; bare step {bare / 1e9:.1f} GFLOP/s; peak {peak / 1e9:.1f} GFLOP/s "
-        f"({MATMUL_N}x{MATMUL_N} float32 matmul)"
+        f"({MATMUL_N}x{MATMUL_N} {MATMUL_DTYPE[precision]} matmul)"
     )
     return Result(
-        benchmark=f"training FLOP/s vs matmul peak ({model_name}, batch {BATCH}, 1 process)",
+        benchmark=f"training FLOP/s vs matmul peak ({model_name}, {precision}, batch {BATCH}, "
+        "1 process)",
         candidate="model.fit step",
-        baseline="float32 matmul loop",
+        baseline=f"{MATMUL_DTYPE[precision]} matmul loop",
         candidate_value=achieved / 1e9,
         baseline_value=peak / 1e9,
         unit="GFLOP/s",

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from bench.result import Result
+from train.config import TrainConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PER_WORKER = 15000  # two workers: 30k train examples
@@ -25,21 +26,27 @@ BATCH = 128  # per worker
 INPUT_STEPS = 300
 WARMUP_STEPS = 130  # one pass over a worker's 15k examples: cache and shuffle buffer full
 READ_PASSES = 10
-# The nightly run's training recipe (luigi.cfg [Train]: 128 per worker, two workers) and the
-# one it replaced (cnn without augmentation, 256 per worker).
+# The nightly run's training recipe (luigi.cfg [Train]: 256 per worker, two workers, precision
+# auto: bfloat16 on a CPU with AMX-BF16, a backup every 400 steps), the same in float32, and
+# the one it replaced (cnn without augmentation, 256 per worker, a backup every 100 steps).
 DEFAULT = {
     "model": "cnn3",
     "augment": "flip-shift",
     "lr_schedule": "cosine",
     "warmup_epochs": 1,
     "label_smoothing": 0.1,
-    "global_batch": 256,
+    "learning_rate": 0.006,
+    "precision": "auto",
+    "save_freq_steps": 400,
+    "global_batch": 512,
 }
+DEFAULT_FLOAT32 = {**DEFAULT, "precision": "float32"}
 OLD_DEFAULT = {
     "model": "cnn",
     "augment": "off",
     "lr_schedule": "plateau",
     "warmup_epochs": 0,
+    "save_freq_steps": 100,
     "global_batch": 512,
 }
 
@@ -196,11 +203,13 @@ def run() -> list[Result]:
             2, lambda: _measure("shard-input", two), lambda: _measure("memory-input", two)
         )
         # One 2-worker run of the default recipe serves both rows it is in.
-        workers_rate = process_rate = old_rate = 0.0
+        workers_rate = process_rate = old_rate = float32_rate = 0.0
         for _ in range(2):
             workers_rate = max(workers_rate, _train_rate(two, t2, 2, 1, DEFAULT))
             process_rate = max(process_rate, _train_rate(one, t1, 1, 2, DEFAULT))
             old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT))
+            float32_rate = max(float32_rate, _train_rate(two, t2, 2, 1, DEFAULT_FLOAT32))
+        precision = TrainConfig(data_dir="", train_dir="", precision="auto").resolved().precision
         presharded, on_the_fly = _best_of(
             3, lambda: _measure("read-presharded", four), lambda: _measure("read-shard", four)
         )
@@ -223,19 +232,32 @@ def run() -> list[Result]:
             process_rate,
             "ex/s",
             0.95,
-            notes="the nightly default (cnn3, flip-shift, cosine), global batch 256, 30k "
-            "examples/epoch; history.json examples_per_second (epochs 2-3, training steps only)",
+            notes=f"the nightly default (cnn3, flip-shift, cosine, {precision} here), global "
+            "batch 512, 30k examples/epoch; history.json examples_per_second (epochs 2-3, "
+            "training steps only)",
         ),
         Result(
             "training examples/s of the Train stage: the nightly default vs the one it replaced",
-            "cnn3 + flip-shift + cosine, global batch 256 (default)",
-            "cnn, no augmentation, plateau, global batch 512 (old default)",
+            f"cnn3 + flip-shift + cosine, global batch 512, {precision} (default)",
+            "cnn, no augmentation, plateau, global batch 512, float32 (old default)",
             workers_rate,
             old_rate,
             "ex/s",
             2.0,
             notes="2 workers x 1 thread, 30k examples/epoch; history.json examples_per_second "
-            "(epochs 2-3, training steps only); cnn3 does 15.2 MFLOP a forward pass, cnn 8.5",
+            "(epochs 2-3, training steps only); cnn3 does 15.2 MFLOP a forward pass, cnn 8.5; "
+            "precision auto is mixed_bfloat16 only where the CPU has AMX-BF16",
+        ),
+        Result(
+            "training examples/s of the Train stage: nightly precision auto vs float32",
+            f"precision auto ({precision} here)",
+            "precision float32",
+            workers_rate,
+            float32_rate,
+            "ex/s",
+            1.0,
+            notes="the nightly recipe otherwise unchanged, 2 workers x 1 thread, 30k "
+            "examples/epoch; auto is float32 where the CPU lacks AMX-BF16, so about 1x there",
         ),
         Result(
             "per-worker read rate, 4 workers: pre-sharded files vs Dataset.shard",

@@ -1,7 +1,8 @@
 """Time to accuracy: the Train stage with 2 workers vs a plain single-process Keras script.
 
-Both train the same model (`cnn`, the nightly default, then `cnn2` and `cnn3`: one row each)
-on the same 54,000 Fashion-MNIST training images (global batch
+Both train the same model (`cnn`, the old default, then `cnn2` and `cnn3`, and `cnn3` computing
+in bfloat16 as the nightly does on a CPU with AMX-BF16: one row each; `--models` takes
+`name` or `name:precision`) on the same 54,000 Fashion-MNIST training images (global batch
 512, Adam at the shipped learning rate) and are timed from their process's start until the
 first epoch whose validation accuracy (the same 6,000 held-out images) reaches TARGET. The
 plain script is what a user would write: numpy arrays into `model.fit(validation_data=...)`,
@@ -33,11 +34,17 @@ GOAL = 1 / 1.15  # the stage within 1.15x of the plain script's time
 _PROCESS_START = time.perf_counter()  # the plain script's clock starts with its process
 
 
-MODELS = ("cnn", "cnn2", "cnn3")
+MODELS = ("cnn", "cnn2", "cnn3", "cnn3:mixed_bfloat16")
+
+
+def model_and_precision(spec: str) -> tuple[str, str]:
+    """`cnn3` -> ("cnn3", "float32"); `cnn3:mixed_bfloat16` -> ("cnn3", "mixed_bfloat16")."""
+    name, _, precision = spec.partition(":")
+    return name, precision or "float32"
 
 
 def plain_keras_seconds_to_target(
-    model_name: str,
+    model_spec: str,
     per_worker: int = PER_WORKER,
     target: float = TARGET,
     max_epochs: int = MAX_EPOCHS,
@@ -57,7 +64,8 @@ def plain_keras_seconds_to_target(
     images = images.astype(np.float32)
     train_x, val_x = images[: 2 * per_worker], images[2 * per_worker :]
     train_y, val_y = labels[: 2 * per_worker], labels[2 * per_worker :]
-    model = models.build(model_name, [28, 28, 1], 10)
+    model_name, precision = model_and_precision(model_spec)
+    model = models.build(model_name, [28, 28, 1], 10, precision)
     model.compile(
         optimizer=keras.optimizers.Adam(LEARNING_RATE),
         loss="sparse_categorical_crossentropy",
@@ -86,7 +94,7 @@ def plain_keras_seconds_to_target(
 
 
 def stage_seconds_to_target(
-    model_name: str,
+    model_spec: str,
     data_dir: str,
     train_dir: str,
     target: float = TARGET,
@@ -95,10 +103,12 @@ def stage_seconds_to_target(
     """The Train stage, 2 workers x 1 thread, timed to its first epoch line at `target`."""
     from contract.messages import parse_progress
 
+    model_name, precision = model_and_precision(model_spec)
     settings = {
         "data_dir": data_dir,
         "train_dir": train_dir,
         "model": model_name,
+        "precision": precision,
         "epochs": max_epochs,
         "per_worker_batch_size": GLOBAL_BATCH // 2,
         "learning_rate": LEARNING_RATE,
@@ -148,26 +158,27 @@ def run(
         write_shard_set(
             data_dir, num_workers=2, per_worker=per_worker, num_validation=NUM_VALIDATION
         )
-        for model_name in models:
-            results.append(_row(model_name, data_dir, tmp, per_worker, target, max_epochs))
+        for model_spec in models:
+            results.append(_row(model_spec, data_dir, tmp, per_worker, target, max_epochs))
     return results
 
 
 def _row(
-    model_name: str, data_dir: str, tmp: str, per_worker: int, target: float, max_epochs: int
+    model_spec: str, data_dir: str, tmp: str, per_worker: int, target: float, max_epochs: int
 ) -> Result:
-    argv = [sys.executable, "-m", "bench.bench_tta", model_name]
+    argv = [sys.executable, "-m", "bench.bench_tta", model_spec]
     argv += [str(per_worker), str(target), str(max_epochs)]
     out = subprocess.run(
         argv, cwd=PROJECT_ROOT, env=stage_env(2), capture_output=True, text=True, check=True
     ).stdout.split()
     plain_seconds, plain_epochs = float(out[-2]), int(out[-1])
+    model_name, precision = model_and_precision(model_spec)
     stage_seconds, stage_epochs = stage_seconds_to_target(
-        model_name, data_dir, os.path.join(tmp, f"t-{model_name}"), target, max_epochs
+        model_spec, data_dir, os.path.join(tmp, f"t-{model_name}-{precision}"), target, max_epochs
     )
     return Result(
-        benchmark=f"time to {target} validation accuracy "
-        f"({model_name}, {2 * per_worker:,} train, global batch {GLOBAL_BATCH})",
+        benchmark=f"time to {target} validation accuracy ({model_name}, {precision}, "
+        f"{2 * per_worker:,} train, global batch {GLOBAL_BATCH})",
         candidate="Train stage, 2 workers x 1 thread",
         baseline="plain Keras script, 1 process x 2 threads",
         candidate_value=stage_seconds,

@@ -43,6 +43,7 @@ def test_tfjob_trains_with_the_nightly_recipe_of_luigi_cfg():
     (container,) = worker["template"]["spec"]["containers"]
     flags = dict(a[2:].split("=", 1) for a in container["args"] if a.startswith("--"))
     recipe = ("model", "epochs", "per_worker_batch_size", "augment", "lr_schedule")
-    recipe += ("warmup_epochs", "label_smoothing", "early_stopping_patience")
+    recipe += ("warmup_epochs", "label_smoothing", "early_stopping_patience", "learning_rate")
+    recipe += ("precision", "save_freq_steps")
     for name in recipe:
         assert flags[name.replace("_", "-")] == config["Train"][name], name
