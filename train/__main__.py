@@ -15,7 +15,7 @@ from typing import NoReturn
 from contract import storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line, notice_line
 from contract.storage import UnsupportedStorageError
 from train import cluster
 from train.config import ConfigError, TrainConfig
@@ -45,6 +45,12 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+
+
+def precision_notice(precision: str) -> str:
+    """What the terminal says about the policy `--precision auto` settled on."""
+    reason = "has" if precision == "mixed_bfloat16" else "lacks"
+    return f"precision auto: {precision} (this CPU {reason} AMX-BF16)"
 
 
 def _ports(text: str) -> list[int]:
@@ -134,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     tf_logger.propagate = False
     # "auto" precision is settled once, here: every worker gets the same, concrete policy.
     config = _config(args).resolved()
+    if args.command == "launch" and args.precision == "auto":
+        print(notice_line(precision_notice(config.precision)), flush=True)
     try:
         storage.check_supported(config.data_dir, "data dir")
         storage.check_supported(config.train_dir, "train dir")
