@@ -11,7 +11,7 @@ AUGMENTATIONS = ("off", "flip-shift")
 TEST_TIME_AUGMENTATIONS = ("off", "flip")
 LR_SCHEDULES = ("plateau", "cosine")
 # Keras dtype policies, or "auto": the one that trains fastest on this machine's CPU
-# (resolved_precision). Variables stay float32 either way.
+# (TrainConfig.resolved). Variables stay float32 either way.
 PRECISIONS = ("float32", "mixed_bfloat16", "auto")
 # CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
 # Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
