@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from bench.result import Result
-from train.config import TrainConfig
+from train.config import auto_precision
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PER_WORKER = 15000  # two workers: 30k train examples
@@ -209,7 +209,7 @@ def run() -> list[Result]:
             process_rate = max(process_rate, _train_rate(one, t1, 1, 2, DEFAULT))
             old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT))
             float32_rate = max(float32_rate, _train_rate(two, t2, 2, 1, DEFAULT_FLOAT32))
-        precision = TrainConfig(data_dir="", train_dir="", precision="auto").resolved().precision
+        precision = auto_precision()
         presharded, on_the_fly = _best_of(
             3, lambda: _measure("read-presharded", four), lambda: _measure("read-shard", four)
         )

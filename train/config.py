@@ -107,9 +107,7 @@ class TrainConfig:
         mixed_bfloat16 where the CPU has BFLOAT16_CPU_FLAGS, else float32."""
         if self.precision != "auto":
             return self
-        flags = read_cpu_flags() if cpu_flags is None else cpu_flags
-        precision = "mixed_bfloat16" if flags >= BFLOAT16_CPU_FLAGS else "float32"
-        return dataclasses.replace(self, precision=precision)
+        return dataclasses.replace(self, precision=auto_precision(cpu_flags))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -129,6 +127,12 @@ class TrainConfig:
 
     def write(self, path: str) -> None:
         atomic.write_json_atomic(path, self.to_dict())
+
+
+def auto_precision(cpu_flags: frozenset[str] | None = None) -> str:
+    """The policy precision "auto" stands for on a CPU with `cpu_flags` (default: this one)."""
+    flags = read_cpu_flags() if cpu_flags is None else cpu_flags
+    return "mixed_bfloat16" if flags >= BFLOAT16_CPU_FLAGS else "float32"
 
 
 def read_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:

@@ -12,7 +12,6 @@ import functools
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -56,8 +55,7 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def _run_script(script: str, *args: str, env: dict[str, str]) -> float:
-    start = time.monotonic()
+def _run_script(script: str, *args: str, env: dict[str, str]) -> None:
     proc = subprocess.run(
         ["bash", str(PROJECT_ROOT / "docker" / script), *args],
         cwd=PROJECT_ROOT,
@@ -68,16 +66,15 @@ def _run_script(script: str, *args: str, env: dict[str, str]) -> float:
     )
     if proc.returncode != 0:
         pytest.fail(f"docker/{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return time.monotonic() - start
 
 
 @pytest.fixture(scope="session")
 def stage_image() -> str:
     """The stages' image, built on the offline base; its name."""
     env = {**os.environ, "BASE_IMAGE": BASE_IMAGE}
-    base_seconds = _run_script("make_base_image.sh", BASE_IMAGE, env=env)
-    image_seconds = _run_script("build_image.sh", IMAGE, env=env)
-    print(f"base image ready in {base_seconds:.0f}s, {IMAGE} in {image_seconds:.0f}s")
+    # How long the builds take is for `pytest --durations`, not for a test to time.
+    _run_script("make_base_image.sh", BASE_IMAGE, env=env)
+    _run_script("build_image.sh", IMAGE, env=env)
     return IMAGE
 
 

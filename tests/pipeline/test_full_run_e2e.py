@@ -23,7 +23,7 @@ from tests.factories import PROJECT_ROOT
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
 from tests.waiting import wait_until
 from train.__main__ import precision_notice
-from train.config import TrainConfig
+from train.config import auto_precision
 
 pytestmark = pytest.mark.e2e
 
@@ -176,8 +176,7 @@ def test_terminal_shows_stages_epochs_and_the_verdict(first_run):
     (verdict,) = [line for line in lines if line.startswith("[evaluate] accuracy ")]
     assert " blessed" in verdict
     # luigi.cfg's precision is auto: the terminal names the policy this CPU got.
-    settled = TrainConfig(data_dir="", train_dir="", precision="auto").resolved().precision
-    assert f"[train] {precision_notice(settled)}" in lines
+    assert f"[train] {precision_notice(auto_precision())}" in lines
     order = [
         next(i for i, x in enumerate(lines) if x.startswith(p))
         for p in (
