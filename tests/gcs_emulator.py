@@ -45,6 +45,7 @@ HOP_BY_HOP = {
     "upgrade",
     "host",
     "content-length",
+    "expect",  # the proxy answers 100-continue itself and forwards the whole body
 }
 
 

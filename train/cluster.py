@@ -8,12 +8,14 @@ TFJob pod. Without TF_CONFIG the process is a cluster of one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import signal
 import tempfile
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -126,3 +128,59 @@ def scratch_dir(info: ClusterInfo) -> str:
 def may_write_real_paths(info: ClusterInfo) -> bool:
     """Only the chief writes model, checkpoint, history, config and TensorBoard files."""
     return info.is_chief
+
+
+def _setting_digest(value: Any) -> int:
+    """A 63-bit digest of one setting's value, as a collective can carry it."""
+    text = json.dumps(value, sort_keys=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def check_workers_agree(
+    strategy: tf.distribute.Strategy,
+    info: ClusterInfo,
+    settings: Mapping[str, Any],
+    options: tf.distribute.experimental.CommunicationOptions,
+) -> None:
+    """Refuses to train when another worker holds other values of `settings`.
+
+    The launcher starts every worker with one command line, but a TFJob's pods are started
+    one by one, each with its own flags and its own CPU: a pod with another learning rate, or
+    one where `--precision auto` settled on another policy, would mix two trainings into one
+    all-reduce without any error. Each worker all-gathers a digest of every setting (one
+    collective, before anything is built) and all of them see the same table.
+
+    Raises:
+        ClusterError: naming the settings that differ, the workers that differ from this one
+            and this worker's values.
+    """
+    if info.num_workers < 2:
+        return
+    names = sorted(settings)
+    mine = [info.worker_index] + [_setting_digest(settings[name]) for name in names]
+    row = tf.constant([mine], tf.int64)
+
+    def gather() -> tf.Tensor:
+        return tf.distribute.get_replica_context().all_gather(row, axis=0, options=options)
+
+    table = strategy.experimental_local_results(strategy.run(gather))[0].numpy()
+    by_worker = {int(r[0]): list(r[1:]) for r in table}
+    others = {
+        name: sorted(w for w, digests in by_worker.items() if digests[i] != mine[i + 1])
+        for i, name in enumerate(names)
+    }
+    differ = {name: workers for name, workers in others.items() if workers}
+    if not differ:
+        return
+    workers = sorted({w for ws in differ.values() for w in ws})
+    here = ", ".join(f"{name}={settings[name]!r}" for name in differ)
+    hint = (
+        "; where CPUs differ in AMX-BF16, name the policy instead of --precision auto"
+        if "precision" in differ
+        else ""
+    )
+    raise ClusterError(
+        f"worker {info.worker_index} and worker(s) {', '.join(map(str, workers))} were started "
+        f"with different {', '.join(differ)} (worker {info.worker_index} has {here}): start "
+        f"every worker with the same settings{hint}"
+    )

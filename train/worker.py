@@ -249,6 +249,12 @@ def run(config: TrainConfig) -> dict[str, Any]:
     cluster.configure_threads(config.threads_per_worker)
     determinism.make_deterministic(config.seed)
     strategy = cluster.make_strategy()
+    cluster.check_workers_agree(
+        strategy,
+        info,
+        backup.fingerprint(config, shard_manifest, info.num_workers),
+        cluster.timed_collectives(config.collective_timeout_seconds),
+    )
     chief = cluster.may_write_real_paths(info)
     steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
     global_batch = config.per_worker_batch_size * info.num_workers

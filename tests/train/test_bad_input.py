@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 
 import pytest
 
 from contract import layout, manifest
 from contract.messages import ERROR_PREFIX
-from tests.train.conftest import SMALL_RUN, write_small_shard_set
+from tests.factories import PROJECT_ROOT
+from tests.train.conftest import SMALL_RUN, train_env, write_small_shard_set
 from train import __main__ as cli
-from train.launcher import BAD_INPUT_EXIT_CODE
+from train import cluster
+from train.config import TrainConfig
+from train.launcher import BAD_INPUT_EXIT_CODE, free_ports, worker_argv
 
 
 def launch_args(data_dir: str, train_dir: str, **overrides) -> list[str]:
@@ -123,4 +127,37 @@ def test_batch_larger_than_a_workers_examples(capsys, dirs):
         launch_args(data_dir, train_dir, per_worker_batch_size=1000),
         "per_worker_batch_size 1000 exceeds the 256 examples each worker holds",
     )
+    assert backup_intact(train_dir)
+
+
+def test_workers_started_with_different_settings_refuse_to_train(dirs):
+    """A TFJob starts each pod with its own flags: here worker 1 got another learning rate
+    and a policy of its own (what --precision auto can settle on where CPUs differ)."""
+    data_dir, train_dir = dirs
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    same = {**SMALL_RUN, "data_dir": data_dir, "train_dir": train_dir}
+    configs = [
+        TrainConfig(**same, precision="float32"),
+        TrainConfig(**{**same, "learning_rate": 0.01}, precision="mixed_bfloat16"),
+    ]
+    workers = [
+        subprocess.Popen(
+            worker_argv(config),
+            cwd=PROJECT_ROOT,
+            env=train_env(**{cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, index)}),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index, config in enumerate(configs)
+    ]
+    outcomes = [(w.wait(timeout=120), w.stderr.read()) for w in workers]  # type: ignore[union-attr]
+    for index, (code, stderr) in enumerate(outcomes):
+        assert code == BAD_INPUT_EXIT_CODE, stderr[-2000:]
+        lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+        assert len(lines) == 1, stderr[-2000:]
+        assert f"worker {index} and worker(s) {1 - index} were started with different " in lines[0]
+        assert "learning_rate, precision" in lines[0]
+        assert f"precision={configs[index].precision!r}" in lines[0]
+        assert "name the policy instead of --precision auto" in lines[0]
     assert backup_intact(train_dir)
