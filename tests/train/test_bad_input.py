@@ -151,9 +151,9 @@ def test_workers_started_with_different_settings_refuse_to_train(dirs):
         )
         for index, config in enumerate(configs)
     ]
-    outcomes = [(w.wait(timeout=120), w.stderr.read()) for w in workers]  # type: ignore[union-attr]
-    for index, (code, stderr) in enumerate(outcomes):
-        assert code == BAD_INPUT_EXIT_CODE, stderr[-2000:]
+    errors = [w.communicate(timeout=120)[1] for w in workers]
+    for index, (worker, stderr) in enumerate(zip(workers, errors, strict=True)):
+        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
         lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
         assert len(lines) == 1, stderr[-2000:]
         assert f"worker {index} and worker(s) {1 - index} were started with different " in lines[0]
