@@ -51,7 +51,14 @@ OLD_DEFAULT = {
 }
 
 
-def stage_env(threads: int) -> dict[str, str]:
+# TF_ENABLE_ONEDNN_OPTS: "1", the stage's default (train/__init__.py), or "" to leave the
+# choice to TensorFlow, as it was before: oneDNN only on CPUs with AVX512-VNNI, AVX-VNNI,
+# AVX512-BF16 or AMX, Eigen elsewhere.
+STAGE_KERNELS = "1"
+TF_OWN_KERNELS = ""
+
+
+def stage_env(threads: int, onednn: str = STAGE_KERNELS) -> dict[str, str]:
     """The environment of a stage or benchmark subprocess using `threads` OpenMP threads."""
     return {
         **os.environ,
@@ -59,7 +66,21 @@ def stage_env(threads: int) -> dict[str, str]:
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONPATH": PROJECT_ROOT,
         "OMP_NUM_THREADS": str(threads),
+        "TF_ENABLE_ONEDNN_OPTS": onednn,
     }
+
+
+def tf_own_kernels() -> str:
+    """The CPU kernels TensorFlow picks by itself on this machine: "oneDNN" or "Eigen"."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from train import cluster; print(cluster.kernel_library())"],
+        cwd=PROJECT_ROOT,
+        env=stage_env(1, TF_OWN_KERNELS),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().splitlines()[-1]
 
 
 def _measure(kind: str, data_dir: str) -> float:
@@ -121,7 +142,12 @@ def memory_input_rate(data_dir: str) -> float:
 
 
 def _train_rate(
-    data_dir: str, train_dir: str, num_workers: int, threads: int, recipe: dict[str, object]
+    data_dir: str,
+    train_dir: str,
+    num_workers: int,
+    threads: int,
+    recipe: dict[str, object],
+    onednn: str = STAGE_KERNELS,
 ) -> float:
     """examples_per_second from history.json of a real train run (epochs 2 and 3)."""
     flags = {name: value for name, value in recipe.items() if name != "global_batch"}
@@ -142,7 +168,8 @@ def _train_rate(
     if num_workers > 1:
         argv += ["--num-workers", str(num_workers), "--max-restarts", "0"]
     shutil.rmtree(train_dir, ignore_errors=True)
-    subprocess.run(argv, cwd=PROJECT_ROOT, env=stage_env(threads), capture_output=True, check=True)
+    env = stage_env(threads, onednn)
+    subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, check=True)
     with open(os.path.join(train_dir, "history.json")) as f:
         return float(json.load(f)["examples_per_second"])
 
@@ -203,13 +230,18 @@ def run() -> list[Result]:
             2, lambda: _measure("shard-input", two), lambda: _measure("memory-input", two)
         )
         # One 2-worker run of the default recipe serves both rows it is in.
-        workers_rate = process_rate = old_rate = float32_rate = 0.0
+        workers_rate = process_rate = old_rate = float32_rate = tf_kernels_rate = 0.0
         for _ in range(2):
             workers_rate = max(workers_rate, _train_rate(two, t2, 2, 1, DEFAULT))
             process_rate = max(process_rate, _train_rate(one, t1, 1, 2, DEFAULT))
-            old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT))
+            # The old default as it ran: with the kernels TensorFlow picks by itself.
+            old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT, TF_OWN_KERNELS))
             float32_rate = max(float32_rate, _train_rate(two, t2, 2, 1, DEFAULT_FLOAT32))
+            tf_kernels_rate = max(
+                tf_kernels_rate, _train_rate(two, t2, 2, 1, DEFAULT, TF_OWN_KERNELS)
+            )
         precision = auto_precision()
+        own_kernels = tf_own_kernels()
         presharded, on_the_fly = _best_of(
             3, lambda: _measure("read-presharded", four), lambda: _measure("read-shard", four)
         )
@@ -239,14 +271,29 @@ def run() -> list[Result]:
         Result(
             "training examples/s of the Train stage: the nightly default vs the one it replaced",
             f"cnn3 + flip-shift + cosine, global batch 512, {precision} (default)",
-            "cnn, no augmentation, plateau, global batch 512, float32 (old default)",
+            f"cnn, no augmentation, plateau, global batch 512, float32, {own_kernels} "
+            "kernels (old default)",
             workers_rate,
             old_rate,
             "ex/s",
             2.0,
             notes="2 workers x 1 thread, 30k examples/epoch; history.json examples_per_second "
             "(epochs 2-3, training steps only); cnn3 does 15.2 MFLOP a forward pass, cnn 8.5; "
-            "precision auto is mixed_bfloat16 only where the CPU has AMX-BF16",
+            "precision auto is mixed_bfloat16 only where the CPU has AMX-BF16; the old "
+            "default runs the kernels TensorFlow picks by itself on this CPU, the new one "
+            "oneDNN's (TF_ENABLE_ONEDNN_OPTS=1, train/__init__.py)",
+        ),
+        Result(
+            "training examples/s of the Train stage: oneDNN kernels vs TensorFlow's own choice",
+            "TF_ENABLE_ONEDNN_OPTS=1 (the stage's default)",
+            f"TF_ENABLE_ONEDNN_OPTS unset: TensorFlow's choice, {own_kernels} on this CPU",
+            workers_rate,
+            tf_kernels_rate,
+            "ex/s",
+            1.0,
+            notes="the nightly recipe otherwise unchanged, 2 workers x 1 thread, 30k "
+            "examples/epoch; TensorFlow turns oneDNN on by itself only on CPUs with "
+            "AVX512-VNNI, AVX-VNNI, AVX512-BF16 or AMX, so about 1x there",
         ),
         Result(
             "training examples/s of the Train stage: nightly precision auto vs float32",

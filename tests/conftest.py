@@ -6,10 +6,13 @@ import os
 
 import pytest
 
-from tests import factories
-
+# Before anything imports TensorFlow: the stage's processes run like this (train/__init__.py),
+# and in-process tests compare with them.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+from tests import factories  # noqa: E402
 
 
 @pytest.fixture

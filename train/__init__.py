@@ -1,6 +1,16 @@
 """The train stage: multi-worker tf-keras training on the preprocess stage's shard set."""
 
-from train.config import TrainConfig
-from train.worker import run
+import os
 
-__all__ = ["TrainConfig", "run"]
+# oneDNN's kernels, set before anything below imports TensorFlow. TensorFlow turns them on by
+# itself only on CPUs with AVX512-VNNI, AVX-VNNI, AVX512-BF16 or AMX; on AVX2-only CPUs (the AMD
+# EPYC VMs) it falls back to Eigen, and there the Train stage ran cnn3 2.3x slower (BENCHMARKS.md,
+# tenth session). A value the user set is kept; which library a worker runs is part of the
+# settings its backup and its peers must share (train.backup.fingerprint).
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+os.environ.setdefault(ONEDNN_ENV, "1")
+
+from train.config import TrainConfig  # noqa: E402
+from train.worker import run  # noqa: E402
+
+__all__ = ["ONEDNN_ENV", "TrainConfig", "run"]

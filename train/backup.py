@@ -107,15 +107,22 @@ class RunState:
 def fingerprint(
     config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int
 ) -> dict[str, Any]:
-    """The settings that shape training, the worker count, the shard set's identity and how
-    each worker reads it (in memory or streamed: another order)."""
+    """The settings that shape training, the worker count, the shard set's identity, how
+    each worker reads it (in memory or streamed: another order) and the CPU kernels it runs
+    (oneDNN or Eigen: another rounding)."""
     digests = sorted(entry["sha256"] for entry in shard_manifest["files"])
     data = hashlib.sha256(json.dumps(digests).encode()).hexdigest()[:16]
     values: dict[str, Any] = {name: getattr(config, name) for name in SHAPING_SETTINGS}
     reading = input_description(
         shard_manifest, num_workers, config.per_worker_batch_size, config.input_memory_budget_mb
     )
-    return {**values, "num_workers": num_workers, "shard_set": data, "input": reading}
+    return {
+        **values,
+        "num_workers": num_workers,
+        "shard_set": data,
+        "input": reading,
+        "kernels": cluster.kernel_library(),
+    }
 
 
 def backup_dir(train_dir: str) -> str:

@@ -79,6 +79,18 @@ def attempt_number(environ: Mapping[str, str] = os.environ) -> int:
     return int(environ.get(ATTEMPT_ENV, "0"))
 
 
+def kernel_library() -> str:
+    """The CPU kernels this process's TensorFlow runs: "oneDNN" or "Eigen" (its fallback).
+
+    Decided once, when TensorFlow is imported, from TF_ENABLE_ONEDNN_OPTS (train/__init__.py
+    sets it unless the user did) and the CPU; the two round differently, so workers and a
+    resumed run must use the same one.
+    """
+    from tensorflow.python.util import _pywrap_util_port
+
+    return "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
+
+
 def configure_threads(threads: int) -> None:
     """Pins TF's thread pools; must run before the TF runtime starts."""
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -174,11 +186,11 @@ def check_workers_agree(
         return
     workers = sorted({w for ws in differ.values() for w in ws})
     here = ", ".join(f"{name}={settings[name]!r}" for name in differ)
-    hint = (
-        "; where CPUs differ in AMX-BF16, name the policy instead of --precision auto"
-        if "precision" in differ
-        else ""
-    )
+    hint = ""
+    if "precision" in differ:
+        hint += "; where CPUs differ in AMX-BF16, name the policy instead of --precision auto"
+    if "kernels" in differ:
+        hint += "; set TF_ENABLE_ONEDNN_OPTS alike for every worker (unset means 1)"
     raise ClusterError(
         f"worker {info.worker_index} and worker(s) {', '.join(map(str, workers))} were started "
         f"with different {', '.join(differ)} (worker {info.worker_index} has {here}): start "

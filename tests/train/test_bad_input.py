@@ -12,8 +12,8 @@ from contract import layout, manifest
 from contract.messages import ERROR_PREFIX
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import SMALL_RUN, train_env, write_small_shard_set
+from train import ONEDNN_ENV, cluster
 from train import __main__ as cli
-from train import cluster
 from train.config import TrainConfig
 from train.launcher import BAD_INPUT_EXIT_CODE, free_ports, worker_argv
 
@@ -160,4 +160,40 @@ def test_workers_started_with_different_settings_refuse_to_train(dirs):
         assert "learning_rate, precision" in lines[0]
         assert f"precision={configs[index].precision!r}" in lines[0]
         assert "name the policy instead of --precision auto" in lines[0]
+    assert backup_intact(train_dir)
+
+
+def test_workers_running_other_cpu_kernels_refuse_to_train(dirs):
+    """The same flags, but worker 1 runs TensorFlow's Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0)
+    and worker 0 oneDNN's: each would round differently, so they refuse to train together."""
+    data_dir, train_dir = dirs
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    config = TrainConfig(**SMALL_RUN, data_dir=data_dir, train_dir=train_dir)
+    workers = [
+        subprocess.Popen(
+            worker_argv(config),
+            cwd=PROJECT_ROOT,
+            env=train_env(
+                **{
+                    cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, index),
+                    ONEDNN_ENV: onednn,
+                }
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index, onednn in enumerate(["1", "0"])
+    ]
+    errors = [w.communicate(timeout=120)[1] for w in workers]
+    for index, (worker, stderr) in enumerate(zip(workers, errors, strict=True)):
+        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
+        lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+        assert len(lines) == 1, stderr[-2000:]
+        kernels = "oneDNN" if index == 0 else "Eigen"
+        assert (
+            f"were started with different kernels (worker {index} has kernels={kernels!r})"
+            in (lines[0])
+        )
+        assert "set TF_ENABLE_ONEDNN_OPTS alike for every worker" in lines[0]
     assert backup_intact(train_dir)
