@@ -51,11 +51,18 @@ OLD_DEFAULT = {
 }
 
 
-# TF_ENABLE_ONEDNN_OPTS: "1", the stage's default (train/__init__.py), or "" to leave the
-# choice to TensorFlow, as it was before: oneDNN only on CPUs with AVX512-VNNI, AVX-VNNI,
-# AVX512-BF16 or AMX, Eigen elsewhere.
+# TF_ENABLE_ONEDNN_OPTS: "1", the stage's default (train/__init__.py), or TensorFlow's own
+# choice, as it was before: oneDNN only on CPUs with AVX512-VNNI, AVX-VNNI, AVX512-BF16 or
+# AMX, Eigen elsewhere.
 STAGE_KERNELS = "1"
-TF_OWN_KERNELS = ""
+# The setting that stands for TensorFlow's own choice: empty, or "0" (Eigen) under
+# `python -m bench --cpu avx2`, which stands in for an AVX2-only CPU (bench/__main__.py).
+OWN_KERNELS_ENV = "BENCH_TF_OWN_KERNELS"
+
+
+def tf_own_setting() -> str:
+    """TF_ENABLE_ONEDNN_OPTS as TensorFlow's own choice on the measured (or emulated) CPU."""
+    return os.environ.get(OWN_KERNELS_ENV, "")
 
 
 def stage_env(threads: int, onednn: str = STAGE_KERNELS) -> dict[str, str]:
@@ -75,7 +82,7 @@ def tf_own_kernels() -> str:
     out = subprocess.run(
         [sys.executable, "-c", "from train import cluster; print(cluster.kernel_library())"],
         cwd=PROJECT_ROOT,
-        env=stage_env(1, TF_OWN_KERNELS),
+        env=stage_env(1, tf_own_setting()),
         capture_output=True,
         text=True,
         check=True,
@@ -235,10 +242,10 @@ def run() -> list[Result]:
             workers_rate = max(workers_rate, _train_rate(two, t2, 2, 1, DEFAULT))
             process_rate = max(process_rate, _train_rate(one, t1, 1, 2, DEFAULT))
             # The old default as it ran: with the kernels TensorFlow picks by itself.
-            old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT, TF_OWN_KERNELS))
+            old_rate = max(old_rate, _train_rate(two, t2, 2, 1, OLD_DEFAULT, tf_own_setting()))
             float32_rate = max(float32_rate, _train_rate(two, t2, 2, 1, DEFAULT_FLOAT32))
             tf_kernels_rate = max(
-                tf_kernels_rate, _train_rate(two, t2, 2, 1, DEFAULT, TF_OWN_KERNELS)
+                tf_kernels_rate, _train_rate(two, t2, 2, 1, DEFAULT, tf_own_setting())
             )
         precision = auto_precision()
         own_kernels = tf_own_kernels()

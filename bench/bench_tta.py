@@ -21,7 +21,13 @@ import sys
 import tempfile
 import time
 
-from bench.bench_train import PROJECT_ROOT, STAGE_KERNELS, TF_OWN_KERNELS, stage_env, tf_own_kernels
+from bench.bench_train import (
+    PROJECT_ROOT,
+    STAGE_KERNELS,
+    stage_env,
+    tf_own_kernels,
+    tf_own_setting,
+)
 from bench.result import Result
 
 TARGET = 0.91  # validation accuracy
@@ -161,7 +167,7 @@ def run(
         # The plain script as a user runs it, on the kernels TensorFlow picks by itself; where
         # that is not oneDNN (the stage's), once more on oneDNN: the same arithmetic both sides.
         own = tf_own_kernels()
-        plain_kernels = [(TF_OWN_KERNELS, f"TensorFlow's own kernels, {own} here")]
+        plain_kernels = [(tf_own_setting(), f"TensorFlow's own kernels, {own} here")]
         if own != "oneDNN":
             plain_kernels.append((STAGE_KERNELS, "TF_ENABLE_ONEDNN_OPTS=1, as the stage"))
         for model_spec in models:
