@@ -60,6 +60,18 @@ STAGE_KERNELS = "1"
 OWN_KERNELS_ENV = "BENCH_TF_OWN_KERNELS"
 
 
+# ONEDNN_MAX_CPU_ISA caps under which oneDNN has no bfloat16 kernels. TensorFlow routes bfloat16
+# ops by the CPU's own features, not by the cap, so under `--cpu avx2` on a CPU with AVX-512 it
+# hands them to oneDNN, which refuses, and the process aborts; on a real AVX2-only CPU they run
+# (slowly). Such runs leave bfloat16 out.
+NO_BFLOAT16_ISAS = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI"})
+
+
+def bfloat16_measurable() -> bool:
+    """False where oneDNN is capped below bfloat16 (an emulated AVX2-only CPU)."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in NO_BFLOAT16_ISAS
+
+
 def tf_own_setting() -> str:
     """TF_ENABLE_ONEDNN_OPTS as TensorFlow's own choice on the measured (or emulated) CPU."""
     return os.environ.get(OWN_KERNELS_ENV, "")
