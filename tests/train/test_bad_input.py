@@ -130,36 +130,45 @@ def test_batch_larger_than_a_workers_examples(capsys, dirs):
     assert backup_intact(train_dir)
 
 
+def refusals(configs: list[TrainConfig], envs: list[dict[str, str]]) -> list[str]:
+    """Starts one worker per config by hand with TF_CONFIG, as a TFJob does, and returns the
+    one error line each printed; every worker must exit with the bad-input code."""
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(len(configs))]
+    workers = [
+        subprocess.Popen(
+            worker_argv(config),
+            cwd=PROJECT_ROOT,
+            env=train_env(**{cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, i), **env}),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, (config, env) in enumerate(zip(configs, envs, strict=True))
+    ]
+    errors = [w.communicate(timeout=120)[1] for w in workers]
+    refused = []
+    for worker, stderr in zip(workers, errors, strict=True):
+        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
+        lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+        assert len(lines) == 1, stderr[-2000:]
+        refused.append(lines[0])
+    return refused
+
+
 def test_workers_started_with_different_settings_refuse_to_train(dirs):
     """A TFJob starts each pod with its own flags: here worker 1 got another learning rate
     and a policy of its own (what --precision auto can settle on where CPUs differ)."""
     data_dir, train_dir = dirs
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
     same = {**SMALL_RUN, "data_dir": data_dir, "train_dir": train_dir}
     configs = [
         TrainConfig(**same, precision="float32"),
         TrainConfig(**{**same, "learning_rate": 0.01}, precision="mixed_bfloat16"),
     ]
-    workers = [
-        subprocess.Popen(
-            worker_argv(config),
-            cwd=PROJECT_ROOT,
-            env=train_env(**{cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, index)}),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for index, config in enumerate(configs)
-    ]
-    errors = [w.communicate(timeout=120)[1] for w in workers]
-    for index, (worker, stderr) in enumerate(zip(workers, errors, strict=True)):
-        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
-        lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
-        assert len(lines) == 1, stderr[-2000:]
-        assert f"worker {index} and worker(s) {1 - index} were started with different " in lines[0]
-        assert "learning_rate, precision" in lines[0]
-        assert f"precision={configs[index].precision!r}" in lines[0]
-        assert "name the policy instead of --precision auto" in lines[0]
+    for index, line in enumerate(refusals(configs, [{}, {}])):
+        assert f"worker {index} and worker(s) {1 - index} were started with different " in line
+        assert "learning_rate, precision" in line
+        assert f"precision={configs[index].precision!r}" in line
+        assert "name the policy instead of --precision auto" in line
     assert backup_intact(train_dir)
 
 
@@ -167,33 +176,12 @@ def test_workers_running_other_cpu_kernels_refuse_to_train(dirs):
     """The same flags, but worker 1 runs TensorFlow's Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0)
     and worker 0 oneDNN's: each would round differently, so they refuse to train together."""
     data_dir, train_dir = dirs
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
     config = TrainConfig(**SMALL_RUN, data_dir=data_dir, train_dir=train_dir)
-    workers = [
-        subprocess.Popen(
-            worker_argv(config),
-            cwd=PROJECT_ROOT,
-            env=train_env(
-                **{
-                    cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, index),
-                    ONEDNN_ENV: onednn,
-                }
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for index, onednn in enumerate(["1", "0"])
-    ]
-    errors = [w.communicate(timeout=120)[1] for w in workers]
-    for index, (worker, stderr) in enumerate(zip(workers, errors, strict=True)):
-        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
-        lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
-        assert len(lines) == 1, stderr[-2000:]
+    envs = [{ONEDNN_ENV: "1"}, {ONEDNN_ENV: "0"}]
+    for index, line in enumerate(refusals([config, config], envs)):
         kernels = "oneDNN" if index == 0 else "Eigen"
         assert (
-            f"were started with different kernels (worker {index} has kernels={kernels!r})"
-            in (lines[0])
+            f"were started with different kernels (worker {index} has kernels={kernels!r})" in line
         )
-        assert "set TF_ENABLE_ONEDNN_OPTS alike for every worker" in lines[0]
+        assert "set TF_ENABLE_ONEDNN_OPTS alike for every worker" in line
     assert backup_intact(train_dir)
