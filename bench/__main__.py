@@ -60,6 +60,12 @@ def _int_list(text: str) -> tuple[int, ...]:
         ) from None
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", help="benchmark modules to run (default: all)")
@@ -81,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="tta: models to time, name or name:precision, e.g. cnn3:mixed_bfloat16 "
         "(default cnn,cnn2,cnn3,cnn3:mixed_bfloat16)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=None,
+        help="tta: seeds per side, the row compares medians (default 3)",
     )
     parser.add_argument(
         "--cpu",

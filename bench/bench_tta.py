@@ -10,11 +10,16 @@ one process using both cores. The stage is `python -m train launch --num-workers
 --threads-per-worker 1`, timed to the epoch line it prints; it is stopped there.
 
 Crossing the target is one draw: an epoch either side of it moves the time by a whole
-epoch. So each row's notes also give both sides' epochs (end time and validation accuracy),
-and the stage's time to the epoch at which the plain script crossed, whatever its accuracy
-there: the same training, the draw aside.
+epoch. So each side runs once per seed (`--seeds N`, seeds 0..N-1: the stage's `--seed`, and
+`keras.utils.set_random_seed` in the plain script, which a user may leave out), alternating
+plain and stage so a drift in the machine's speed reaches both, and the row compares the
+median times. Its notes give each side's epochs at the target per seed, the mean validation
+accuracy per epoch over the seeds (does one side learn more per epoch?), and the stage's
+median time to the epoch at which the plain script crossed, whatever its accuracy there: the
+same training, the draw aside.
 
-`python -m bench tta` runs it alone (about 15-30 minutes on a 2-core machine).
+`python -m bench tta` runs it alone (about 2.5 minutes per seed and model on a 2-core
+machine with the default 3 seeds; more where TensorFlow's own kernels are not oneDNN).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +50,7 @@ NUM_VALIDATION = 6000
 GLOBAL_BATCH = 512
 LEARNING_RATE = 0.003
 GOAL = 1 / 1.15  # the stage within 1.15x of the plain script's time
+SEEDS = 3
 
 
 MODELS = ("cnn", "cnn2", "cnn3", "cnn3:mixed_bfloat16")
@@ -64,6 +71,7 @@ def plain_keras_seconds_to_target(
     per_worker: int = PER_WORKER,
     target: float = TARGET,
     max_epochs: int = MAX_EPOCHS,
+    seed: int = 0,
 ) -> Curve:
     """In this process: the user's script, timed per epoch until one reaches `target`."""
     import numpy as np
@@ -79,6 +87,7 @@ def plain_keras_seconds_to_target(
     started_at = psutil.Process().create_time()
     tf.config.threading.set_intra_op_parallelism_threads(2)
     tf.config.threading.set_inter_op_parallelism_threads(2)
+    keras.utils.set_random_seed(seed)  # the weights' initial draw and fit's shuffling
     images, labels = fashion_mnist_arrays("train", 2 * per_worker + NUM_VALIDATION)
     images = images.astype(np.float32)
     train_x, val_x = images[: 2 * per_worker], images[2 * per_worker :]
@@ -120,6 +129,7 @@ def stage_seconds_to_target(
     target: float = TARGET,
     max_epochs: int = MAX_EPOCHS,
     min_epochs: int = 1,
+    seed: int = 0,
 ) -> Curve:
     """The Train stage, 2 workers x 1 thread, timed per epoch line until one at `target`.
 
@@ -142,6 +152,7 @@ def stage_seconds_to_target(
         "reduce_lr_patience": 0,
         "num_workers": 2,
         "max_restarts": 0,
+        "seed": seed,
     }
     argv = [sys.executable, "-m", "train", "launch"]
     for name, value in settings.items():
@@ -178,6 +189,7 @@ def run(
     target: float = TARGET,
     max_epochs: int = MAX_EPOCHS,
     models: tuple[str, ...] = MODELS,
+    seeds: int = SEEDS,
 ) -> list[Result]:
     from bench.shard_sets import write_shard_set
 
@@ -199,22 +211,29 @@ def run(
             ):
                 print(f"bench_tta: {model_spec} left out under the AVX2 cap", file=sys.stderr)
                 continue
-            results += _rows(
-                model_spec, data_dir, tmp, per_worker, target, max_epochs, plain_kernels
+            plain, stage = _curves(
+                model_spec, data_dir, tmp, per_worker, target, max_epochs, plain_kernels, seeds
             )
+            for curves, (_, kernels) in zip(plain, plain_kernels, strict=True):
+                results.append(_row(model_spec, per_worker, target, kernels, curves, stage))
     return results
 
 
-def _reached(curve: Curve, target: float) -> tuple[float, int]:
-    """(seconds, epoch) of the first epoch at `target` in `curve`."""
-    return next((t, i + 1) for i, (t, a) in enumerate(curve) if a >= target)
+def _plain_curve(
+    model_spec: str, per_worker: int, target: float, max_epochs: int, onednn: str, seed: int
+) -> Curve:
+    """The plain script in a process of its own (its clock starts with it)."""
+    argv = [sys.executable, "-m", "bench.bench_tta", model_spec]
+    argv += [str(per_worker), str(target), str(max_epochs), str(seed)]
+    out = subprocess.run(
+        argv, cwd=PROJECT_ROOT, env=stage_env(2, onednn), capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"the plain script failed: {out.stderr.strip().splitlines()[-1:]}")
+    return [(t, a) for t, a in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
-def _epochs_text(curve: Curve) -> str:
-    return ", ".join(f"{t:.0f} s {a:.4f}" for t, a in curve)
-
-
-def _rows(
+def _curves(
     model_spec: str,
     data_dir: str,
     tmp: str,
@@ -222,63 +241,96 @@ def _rows(
     target: float,
     max_epochs: int,
     plain_kernels: list[tuple[str, str]],
-) -> list[Result]:
-    """One row per plain-script kernel setting, all against one timed Train stage run."""
-    plain: list[Curve] = []
-    for onednn, _ in plain_kernels:
-        argv = [sys.executable, "-m", "bench.bench_tta", model_spec]
-        argv += [str(per_worker), str(target), str(max_epochs)]
-        env = stage_env(2, onednn)
-        out = subprocess.run(
-            argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, check=True
-        ).stdout
-        plain.append([(t, a) for t, a in json.loads(out.strip().splitlines()[-1])])
+    seeds: int,
+) -> tuple[list[list[Curve]], list[Curve]]:
+    """Per seed, the plain script on each kernel setting, then the stage: plain[setting][seed]
+    and stage[seed]. The stage runs on to the plain script's epoch count for that seed."""
+    plain: list[list[Curve]] = [[] for _ in plain_kernels]
+    stage: list[Curve] = []
     model_name, precision = model_and_precision(model_spec)
-    stage = stage_seconds_to_target(
-        model_spec,
-        data_dir,
-        os.path.join(tmp, f"t-{model_name}-{precision}"),
-        target,
-        max_epochs,
-        min_epochs=max(len(curve) for curve in plain),
-    )
-    stage_seconds, stage_epochs = _reached(stage, target)
-    rows = []
-    for curve, (_, kernels) in zip(plain, plain_kernels, strict=True):
-        plain_seconds, plain_epochs = _reached(curve, target)
-        same_epochs = stage[plain_epochs - 1][0]
-        rows.append(
-            Result(
-                benchmark=f"time to {target} validation accuracy ({model_name}, {precision}, "
-                f"{2 * per_worker:,} train, global batch {GLOBAL_BATCH})",
-                candidate="Train stage, 2 workers x 1 thread",
-                baseline=f"plain Keras script, 1 process x 2 threads ({kernels})",
-                candidate_value=stage_seconds,
-                baseline_value=plain_seconds,
-                unit="s",
-                target_ratio=GOAL,
-                higher_is_better=False,
-                notes=(
-                    f"stage reached it at epoch {stage_epochs} in {stage_seconds:.0f} s, the "
-                    f"plain script at epoch {plain_epochs} in {plain_seconds:.0f} s; to the "
-                    f"end of epoch {plain_epochs} the stage took {same_epochs:.0f} s "
-                    f"({same_epochs / plain_seconds:.2f}x the plain script's time); epochs "
-                    f"(end, validation accuracy): stage {_epochs_text(stage)}; plain "
-                    f"{_epochs_text(curve)}; both timed from process start (imports, data "
-                    "loading, cluster start-up included); no augmentation, constant "
-                    "learning rate on both sides"
-                ),
+    for seed in range(seeds):
+        for curves, (onednn, _) in zip(plain, plain_kernels, strict=True):
+            curves.append(_plain_curve(model_spec, per_worker, target, max_epochs, onednn, seed))
+        stage.append(
+            stage_seconds_to_target(
+                model_spec,
+                data_dir,
+                os.path.join(tmp, f"t-{model_name}-{precision}-{seed}"),
+                target,
+                max_epochs,
+                min_epochs=max(len(curves[seed]) for curves in plain),
+                seed=seed,
             )
         )
-    return rows
+    return plain, stage
+
+
+def _reached(curve: Curve, target: float) -> tuple[float, int]:
+    """(seconds, epoch) of the first epoch at `target` in `curve`."""
+    return next((t, i + 1) for i, (t, a) in enumerate(curve) if a >= target)
+
+
+def _mean_accuracies(curves: list[Curve]) -> str:
+    """Mean validation accuracy per epoch, over the epochs every curve has."""
+    epochs = min(len(curve) for curve in curves)
+    means = [statistics.fmean(curve[i][1] for curve in curves) for i in range(epochs)]
+    return ", ".join(f"{a:.4f}" for a in means)
+
+
+def _row(
+    model_spec: str,
+    per_worker: int,
+    target: float,
+    kernels: str,
+    plain: list[Curve],
+    stage: list[Curve],
+) -> Result:
+    """One plain-script kernel setting against the stage, medians over the seeds."""
+    model_name, precision = model_and_precision(model_spec)
+    stage_reached = [_reached(curve, target) for curve in stage]
+    plain_reached = [_reached(curve, target) for curve in plain]
+    stage_seconds = statistics.median(t for t, _ in stage_reached)
+    plain_seconds = statistics.median(t for t, _ in plain_reached)
+    # The stage's time to the epoch at which the plain script with the same seed crossed.
+    same_epochs = statistics.median(
+        curve[epochs - 1][0] for curve, (_, epochs) in zip(stage, plain_reached, strict=True)
+    )
+    return Result(
+        benchmark=f"time to {target} validation accuracy ({model_name}, {precision}, "
+        f"{2 * per_worker:,} train, global batch {GLOBAL_BATCH}, median of {len(stage)} "
+        f"seed{'s' if len(stage) > 1 else ''})",
+        candidate="Train stage, 2 workers x 1 thread",
+        baseline=f"plain Keras script, 1 process x 2 threads ({kernels})",
+        candidate_value=stage_seconds,
+        baseline_value=plain_seconds,
+        unit="s",
+        target_ratio=GOAL,
+        higher_is_better=False,
+        notes=(
+            "epoch and seconds at the target by seed: stage "
+            + ", ".join(f"{e} ({t:.0f} s)" for t, e in stage_reached)
+            + "; plain "
+            + ", ".join(f"{e} ({t:.0f} s)" for t, e in plain_reached)
+            + f"; to the end of the plain script's epoch at the target the stage took "
+            f"{same_epochs:.0f} s (median; {same_epochs / plain_seconds:.2f}x the plain "
+            f"script's median); mean validation accuracy by epoch: stage "
+            f"{_mean_accuracies(stage)}; plain {_mean_accuracies(plain)}; both timed from "
+            "process start (imports, data loading, cluster start-up included); no "
+            "augmentation, constant learning rate on both sides"
+        ),
+    )
 
 
 if __name__ == "__main__":
-    model_arg, per_worker_arg, target_arg, max_epochs_arg = sys.argv[1:5]
+    model_arg, per_worker_arg, target_arg, max_epochs_arg, seed_arg = sys.argv[1:6]
     print(
         json.dumps(
             plain_keras_seconds_to_target(
-                model_arg, int(per_worker_arg), float(target_arg), int(max_epochs_arg)
+                model_arg,
+                int(per_worker_arg),
+                float(target_arg),
+                int(max_epochs_arg),
+                int(seed_arg),
             )
         )
     )
