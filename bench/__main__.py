@@ -85,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         "--models",
         type=lambda text: tuple(text.split(",")),
         default=None,
-        help="tta: models to time, name or name:precision, e.g. cnn3:mixed_bfloat16 "
-        "(default cnn,cnn2,cnn3,cnn3:mixed_bfloat16)",
+        help="tta: models to time, name or name:precision, e.g. cnn,cnn3:mixed_bfloat16 "
+        "(default cnn3:auto, the nightly's)",
     )
     parser.add_argument(
         "--seeds",
         type=_positive_int,
         default=None,
-        help="tta: seeds per side, the row compares medians (default 3)",
+        help="tta: seeds per side, the row compares medians (default 5)",
     )
     parser.add_argument(
         "--cpu",
