@@ -36,7 +36,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 typecheck: setup
-	$(BIN)/mypy contract pipeline preprocess train evaluate
+	$(BIN)/mypy contract pipeline preprocess train evaluate bench
 
 test: setup dataset lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -26,10 +26,12 @@ BATCH = 128  # per worker
 INPUT_STEPS = 300
 WARMUP_STEPS = 130  # one pass over a worker's 15k examples: cache and shuffle buffer full
 READ_PASSES = 10
+Recipe = dict[str, str | int | float]  # Train flags, and the global batch
+
 # The nightly run's training recipe (luigi.cfg [Train]: 256 per worker, two workers, precision
 # auto: bfloat16 on a CPU with AMX-BF16, a backup every 400 steps), the same in float32, and
 # the one it replaced (cnn without augmentation, 256 per worker, a backup every 100 steps).
-DEFAULT = {
+DEFAULT: Recipe = {
     "model": "cnn3",
     "augment": "flip-shift",
     "lr_schedule": "cosine",
@@ -40,8 +42,8 @@ DEFAULT = {
     "save_freq_steps": 400,
     "global_batch": 512,
 }
-DEFAULT_FLOAT32 = {**DEFAULT, "precision": "float32"}
-OLD_DEFAULT = {
+DEFAULT_FLOAT32: Recipe = {**DEFAULT, "precision": "float32"}
+OLD_DEFAULT: Recipe = {
     "model": "cnn",
     "augment": "off",
     "lr_schedule": "plateau",
@@ -165,7 +167,7 @@ def _train_rate(
     train_dir: str,
     num_workers: int,
     threads: int,
-    recipe: dict[str, object],
+    recipe: Recipe,
     onednn: str = STAGE_KERNELS,
 ) -> float:
     """examples_per_second from history.json of a real train run (epochs 2 and 3)."""
