@@ -1,8 +1,9 @@
 """Two dates evaluated at once (a backfill during the nightly run): the pointer ends on the later.
 
-The earlier date's evaluation is held between reading the pointer and moving it; the later
-date's evaluation starts in that window. Without the shared lock both would read "no pointer",
-the later would move it first and the held earlier one would move it back.
+The earlier date's evaluation is held between reading the pointer and moving it until the later
+date's evaluation has either moved the pointer (no shared lock: the held earlier one would then
+move it back) or is found waiting on the lock. Both are events, not a length of time, so the
+test holds exactly as long as the race needs on a fast or a slow machine.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
-import time
 
 import pytest
 
@@ -20,42 +20,61 @@ from tests.evaluate.conftest import DATE
 from tests.waiting import wait_until
 
 LATER = "2026-02-01"
-# Once the later evaluation is at the lock, the held earlier one waits this long: enough for
-# an unlocked later evaluation to decide and move the pointer (about a second here).
-HOLD_AFTER_LATER_SECONDS = 4.0
+LATER_WAITS = "later-waits-at-the-lock"
+LATER_MOVED = "later-moved-the-pointer"
 
 
 def _evaluate(output_root: str, date: str, markers: str, role: str) -> None:
-    """Runs one evaluation; `earlier` pauses after reading the pointer until `later` is at the
-    pointer lock, and `later` says when it gets there."""
+    """Runs one evaluation; `earlier` pauses after reading the pointer until `later` waits at
+    the pointer lock or has moved the pointer, and `later` says which of the two happened."""
     import contextlib
+    import fcntl
 
     from evaluate import stage
 
-    at_lock = os.path.join(markers, "later-at-the-lock")
+    def mark(name: str) -> None:
+        open(os.path.join(markers, name), "w").close()
+
     if role == "earlier":
         read = pointer.read
 
         def read_then_hold(root: str):
             current = read(root)
-            open(os.path.join(markers, "earlier-read-the-pointer"), "w").close()
-            deadline = time.monotonic() + 120
-            while not os.path.exists(at_lock) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(HOLD_AFTER_LATER_SECONDS)
+            mark("earlier-read-the-pointer")
+            wait_until(
+                lambda: any(
+                    os.path.exists(os.path.join(markers, m)) for m in (LATER_WAITS, LATER_MOVED)
+                ),
+                timeout=120,
+                failure=lambda: (
+                    "the later date's evaluation neither waited at the lock nor moved the pointer"
+                ),
+            )
             return current
 
         pointer.read = read_then_hold  # type: ignore[assignment]
     else:
-        lock = pointer.pointer_lock
+        lock, write = pointer.pointer_lock, pointer.write
 
         @contextlib.contextmanager
         def announced_lock(root: str):
-            open(at_lock, "w").close()
+            # A non-blocking try on the same lock file: it fails only while another holds it.
+            with open(pointer._lock_file(root), "a") as f:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    mark(LATER_WAITS)
+                else:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             with lock(root):
                 yield
 
+        def announced_write(root: str, value):
+            write(root, value)
+            mark(LATER_MOVED)
+
         pointer.pointer_lock = announced_lock  # type: ignore[assignment]
+        pointer.write = announced_write  # type: ignore[assignment]
     config = EvaluateConfig(output_root=output_root, date=date, batch_size=128, max_regression=0.01)
     stage.run(config)
 
