@@ -236,7 +236,8 @@ def _plain_curve(
         argv, cwd=PROJECT_ROOT, env=stage_env(2, onednn), capture_output=True, text=True
     )
     if out.returncode != 0:
-        raise RuntimeError(f"the plain script failed: {out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"bench_tta: the plain script failed: {last}")
     return [(t, a) for t, a in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
