@@ -18,9 +18,22 @@ ERROR_PREFIX = "error: "
 PROGRESS_PREFIX = "PROGRESS "
 NOTICE_PREFIX = "NOTICE "
 
-# Exit codes every stage uses: bad input cannot be fixed by retrying, other failures might be.
+# Exit codes every stage uses. 1-127: a restart cannot fix it (bad input, bad settings, a
+# corrupt shard, a full disk); 128-255: it might (a vanished peer, a pre-emption). The split is
+# Kubeflow's TFJob `restartPolicy: ExitCode`; 138 is the code it keeps for "retry me".
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_DISK_FULL = 3
+EXIT_RETRYABLE = 138
+
+
+def restart_may_help(exit_code: int) -> bool:
+    """Whether a process that exited with `exit_code` may succeed when started again.
+
+    A negative code (killed by a signal, as `subprocess` reports it) or 128-255 (a signal as a
+    shell or container runtime reports it, or EXIT_RETRYABLE) may; 1-127 is permanent.
+    """
+    return exit_code < 0 or exit_code >= 128
 
 
 def error_line(message: str) -> str:

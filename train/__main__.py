@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import sys
 from typing import NoReturn
@@ -15,7 +16,14 @@ from typing import NoReturn
 from contract import storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line, notice_line
+from contract.messages import (
+    EXIT_BAD_INPUT,
+    EXIT_DISK_FULL,
+    EXIT_FAILED,
+    EXIT_RETRYABLE,
+    error_line,
+    notice_line,
+)
 from contract.storage import UnsupportedStorageError
 from train import cluster
 from train.config import ConfigError, TrainConfig
@@ -153,15 +161,51 @@ def main(argv: list[str] | None = None) -> int:
                 config, args.num_workers, args.max_restarts, args.ports, args.log_dir, backend
             )
         else:
-            from train.worker import run
-
-            run(config)
+            return _run_worker(config)
     except (ConfigError, ManifestError, cluster.ClusterError, UnsupportedStorageError) as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     except (LaunchError, ContainerError) as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_FAILED
+    return 0
+
+
+def _no_space_left(error: BaseException) -> bool:
+    # Not every ResourceExhaustedError: that is also a thread pool or memory running out.
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return "No space left on device" in str(error)
+
+
+def _run_worker(config: TrainConfig) -> int:
+    """Runs one worker; its exit code says whether starting it again could help.
+
+    Settings or input found wrong before training exit EXIT_BAD_INPUT (raised to `main`); a
+    shard found corrupt while training reads it does too, and a full disk exits
+    EXIT_DISK_FULL: the launcher and a TFJob (`restartPolicy: ExitCode`) give up on both at
+    once. Anything else (a vanished peer, a collective timing out) exits EXIT_RETRYABLE.
+    """
+    import tensorflow as tf
+
+    from train.backup import DiskFullError
+    from train.worker import run
+
+    try:
+        run(config)
+    except (ConfigError, ManifestError, cluster.ClusterError, UnsupportedStorageError):
+        raise
+    except tf.errors.DataLossError as e:
+        logging.getLogger("train").exception("corrupt input")
+        message = f"a shard in {config.data_dir} is corrupt ({e.message}): rerun preprocess"
+        print(error_line(message), file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - every other failure is reported and may be retried
+        logging.getLogger("train").exception("worker failed")
+        print(error_line(str(e) or type(e).__name__), file=sys.stderr, flush=True)
+        if isinstance(e, DiskFullError) or _no_space_left(e):
+            return EXIT_DISK_FULL
+        return EXIT_RETRYABLE
     return 0
 
 

@@ -68,6 +68,10 @@ class BackupError(RuntimeError):
     """The backup could not be written; every worker raises it at the same save."""
 
 
+class DiskFullError(BackupError):
+    """The backup could not be written for a full disk, on some worker: no restart can help."""
+
+
 @dataclasses.dataclass
 class RunState:
     """The part of the training state that lives in Python, saved in `state.json`.
@@ -342,7 +346,8 @@ class Backup:
         failed, disk_full = self._failures_anywhere(error)
         if failed:
             state.checkpoint = previous
-            raise BackupError(self._describe(disk_full, error, name, previous))
+            error_type = DiskFullError if disk_full else BackupError
+            raise error_type(self._describe(disk_full, error, name, previous))
         if cluster.may_write_real_paths(self.info):
             self._remove_other_checkpoints(name)
 

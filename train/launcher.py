@@ -21,7 +21,13 @@ import time
 from typing import IO, Protocol
 
 from contract import layout, manifest, storage
-from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT, notice_line
+from contract.messages import (
+    ERROR_PREFIX,
+    EXIT_BAD_INPUT,
+    EXIT_DISK_FULL,
+    notice_line,
+    restart_may_help,
+)
 from train import cluster
 from train.config import ConfigError, TrainConfig
 
@@ -232,6 +238,16 @@ def run_cluster(
         reason = _last_error_line(log_path)
         if code == BAD_INPUT_EXIT_CODE:
             raise LaunchError(f"worker {index} rejected its input: {reason} (log: {log_path})")
+        if code == EXIT_DISK_FULL:
+            raise LaunchError(
+                f"worker {index} ran out of disk space: {reason}; free space and rerun to "
+                f"resume (log: {log_path})"
+            )
+        if not restart_may_help(code):
+            raise LaunchError(
+                f"worker {index} failed with exit code {code}, which a restart cannot fix: "
+                f"{reason} (log: {log_path})"
+            )
         if attempt < max_restarts:
             # A notice: the pipeline shows it in the terminal, not only in the stage's log.
             message = (

@@ -225,7 +225,7 @@ def test_full_disk_fails_cleanly_keeps_the_backup_and_settings_are_checked(
     assert len(errors) == 1 and "no space left on the device" in errors[0], full.stderr[-3000:]
     assert "the previous backup (ckpt-1) is intact" in errors[0]
     for worker in (0, 1):  # both workers stopped at the same save, neither hung
-        assert "BackupError" in log_text(train_dir, worker)
+        assert "DiskFullError" in log_text(train_dir, worker)
     folder = os.path.join(train_dir, layout.BACKUP_DIR)
     with open(os.path.join(folder, backup.STATE_FILE)) as f:
         assert json.load(f)["checkpoint"] == "ckpt-1"
