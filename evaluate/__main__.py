@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from contract import layout, run_lock
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from evaluate.config import EvaluateConfig
@@ -58,8 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         print(error_line(f"{e}; fix the flag and rerun"), file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
+        run_lock.hold_for_process(layout.run_dir(config.output_root, config.date))
         metrics = run(config)
-    except (ManifestError, EvalSplitError, TrainOutputError, ValueError) as e:
+    except (
+        ManifestError,
+        EvalSplitError,
+        TrainOutputError,
+        ValueError,
+        run_lock.RunLockedError,
+    ) as e:
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_FAILED
     print(

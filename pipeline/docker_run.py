@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from contract import run_lock
 from contract.containers import LABEL, ContainerSettings, docker_quiet, require_docker
 
 
@@ -40,7 +41,8 @@ def container_command(command: Sequence[str], settings: ContainerSettings) -> tu
     settings.prepare_volumes()
     name = f"{LABEL}-{stage}-{uuid.uuid4().hex[:8]}"
     docker_run = ["docker", "run", "--rm", "--init", "--sig-proxy=true"]
-    docker_run += settings.run_args(name, {"stage": stage}, {})
+    # The lock of the date is held here, by the client's parent: a container cannot inherit it.
+    docker_run += settings.run_args(name, {"stage": stage}, {run_lock.HELD_OUTSIDE_ENV: "1"})
     return [*docker_run, settings.image, stage, *args], name
 
 

@@ -62,6 +62,7 @@ class Evaluate(RunTask):
         return args
 
     def run(self) -> None:
+        self.hold_run_lock()
         logs = layout.logs_dir(self.output_root, self.date_str)
         runner.run_stage(
             self,

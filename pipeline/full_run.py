@@ -22,8 +22,8 @@ import sys
 import luigi
 import tensorflow as tf
 
-from contract import atomic, layout, storage
-from pipeline import run_lock, supersede
+from contract import atomic, layout, run_lock, storage
+from pipeline import supersede
 from pipeline.evaluate_task import Evaluate
 from pipeline.params import RunTask, check_output_root
 from pipeline.preprocess_task import Preprocess

@@ -12,7 +12,7 @@ import sys
 import luigi
 from luigi.parameter import ConfigPath
 
-from contract import storage
+from contract import layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import config
 
@@ -63,6 +63,14 @@ class RunTask(luigi.Task):
     @property
     def date_str(self) -> str:
         return self.date.isoformat()
+
+    def hold_run_lock(self) -> None:
+        """Takes the date's lock (held already under FullRun) before the stage writes.
+
+        Raises:
+            RunLockedError: another run of the date is in progress.
+        """
+        run_lock.hold_for_process(layout.run_dir(self.output_root, self.date_str))
 
 
 def check_output_root(output_root: str) -> None:

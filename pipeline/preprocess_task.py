@@ -108,6 +108,7 @@ class Preprocess(RunTask):
         ]
 
     def run(self) -> None:
+        self.hold_run_lock()
         logs = layout.logs_dir(self.output_root, self.date_str)
         runner.run_stage(
             self,

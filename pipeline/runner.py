@@ -35,7 +35,7 @@ from typing import Any
 import luigi
 import tensorflow as tf
 
-from contract import storage
+from contract import run_lock, storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
@@ -133,6 +133,7 @@ def _run_logged(
         env=env,
         start_new_session=True,  # its own process group, ended as one
         preexec_fn=_term_with_parent,
+        pass_fds=run_lock.held_fds(),  # the stage's tree holds the date's lock too
     )
     reaper, reaper_pipe = _start_group_reaper(process.pid, container_name)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)

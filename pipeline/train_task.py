@@ -140,5 +140,6 @@ class Train(RunTask):
         return args + config.train_backend_flags()
 
     def run(self) -> None:
+        self.hold_run_lock()
         logs = layout.logs_dir(self.output_root, self.date_str)
         runner.run_stage(self, "train", self.command(), layout.join(logs, STAGE_LOG_FILE))

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from contract import layout, manifest
+from contract import layout, manifest, run_lock
 from contract.messages import EXIT_BAD_INPUT, error_line
 from contract.storage import UnsupportedStorageError
 
@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     from preprocess.pipeline import run
 
     try:
-        run(argv)
+        run(argv, hold_run_lock=True)
     except UnsupportedStorageError as e:  # refused before any work
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_BAD_INPUT
-    except PreprocessError as e:
+    except (PreprocessError, run_lock.RunLockedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout, records, storage
+from contract import atomic, layout, records, run_lock, storage
 from preprocess import dask_support, plan, reading, shard_set, sources, transforms
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
 from preprocess.errors import PreprocessError
@@ -253,11 +253,24 @@ def absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parses the stage's flags, passes the rest to Beam and runs the stage."""
+def run(argv: list[str] | None = None, hold_run_lock: bool = False) -> dict[str, Any]:
+    """Parses the stage's flags, passes the rest to Beam and runs the stage.
+
+    Args:
+        hold_run_lock: take the date's lock (`contract.run_lock`) for the rest of the process's
+            life first, as the command line does.
+
+    Raises:
+        RunLockedError: another run of the date is in progress; nothing done.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m preprocess run", description=__doc__, allow_abbrev=False
     )
     add_arguments(parser)
     args, beam_args = parser.parse_known_args(argv)
-    return run_preprocess(config_from_args(args), beam_args)
+    cfg = config_from_args(args)
+    if hold_run_lock:
+        storage.check_supported(cfg.output_root)
+        cfg.check()  # a valid date before it names a folder
+        run_lock.hold_for_process(layout.run_dir(absolute(cfg.output_root), cfg.date))
+    return run_preprocess(cfg, beam_args)

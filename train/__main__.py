@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from contract import storage
+from contract import run_lock, storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
 from contract.messages import (
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "launch":
             from train.launcher import launch as launch_cluster
 
+            run_lock.hold_for_process(run_lock.run_dir_of_train_dir(config.train_dir))
             backend = _docker_backend(args, config) if args.backend == "docker" else None
             launch_cluster(
                 config, args.num_workers, args.max_restarts, args.ports, args.log_dir, backend
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ManifestError, cluster.ClusterError, UnsupportedStorageError) as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
-    except (LaunchError, ContainerError) as e:
+    except (LaunchError, ContainerError, run_lock.RunLockedError) as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_FAILED
     return 0

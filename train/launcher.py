@@ -20,7 +20,7 @@ import threading
 import time
 from typing import IO, Protocol
 
-from contract import layout, manifest, storage
+from contract import layout, manifest, run_lock, storage
 from contract.messages import (
     ERROR_PREFIX,
     EXIT_BAD_INPUT,
@@ -113,6 +113,7 @@ class LocalProcessBackend:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
+                pass_fds=run_lock.held_fds(),  # the date stays locked until every worker is gone
             )
 
     def poll(self, worker_index: int) -> int | None:

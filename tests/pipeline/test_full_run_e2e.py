@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from contract import atomic, layout
-from pipeline import run_lock
+from contract import atomic, layout, run_lock
 from tests.factories import PROJECT_ROOT
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
 from tests.waiting import wait_until

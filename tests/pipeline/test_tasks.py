@@ -11,8 +11,9 @@ import sys
 import luigi
 import pytest
 
+from contract import run_lock
 from evaluate.__main__ import parse_args
-from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, run_lock, supersede
+from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, supersede
 from tests.factories import PROJECT_ROOT
 
 DATE = datetime.date(2026, 1, 31)

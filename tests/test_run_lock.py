@@ -1,4 +1,5 @@
-"""The per-date run lock: refusal names the holder, and a dead holder frees it."""
+"""The per-date run lock: refusal names the holder, a dead holder frees it, and the stages a
+holder starts adopt it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ import sys
 
 import pytest
 
-from contract import atomic, storage
-from pipeline import run_lock
+from contract import atomic, run_lock, storage
 from tests.factories import PROJECT_ROOT
 
 HOLD_AND_WAIT = """
 import sys, time
-from pipeline.run_lock import RunLock
+from contract.run_lock import RunLock
 RunLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -98,3 +98,46 @@ def test_remote_run_folder_is_locked_locally(tmp_path, monkeypatch):
             run_lock.RunLock("gs://bucket/runs/2026-01-31").acquire()
     finally:
         first.release()
+
+
+ADOPT = """
+import sys
+from contract import run_lock
+try:
+    print("took" if run_lock.hold_for_process(sys.argv[1]) else "adopted", flush=True)
+except run_lock.RunLockedError:
+    print("refused", flush=True)
+"""
+
+
+def test_a_stage_given_the_descriptor_adopts_the_lock_and_others_are_refused(tmp_path):
+    run_dir = str(tmp_path / "2026-01-31")
+
+    def start_stage(**popen) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", ADOPT, run_dir],
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
+            check=True,
+            **popen,
+        ).stdout.strip()
+
+    try:
+        assert run_lock.hold_for_process(run_dir) is True
+        assert start_stage(pass_fds=run_lock.held_fds()) == "adopted"
+        assert start_stage() == "refused"  # named in the environment, not given the descriptor
+        # The adopting stage left the lock to its parent: still held, file in place.
+        with pytest.raises(run_lock.RunLockedError):
+            run_lock.RunLock(run_dir).acquire()
+    finally:
+        run_lock._release_all()
+    assert start_stage() == "took"
+
+
+def test_a_stage_in_a_container_leaves_the_lock_to_the_process_that_started_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(run_lock.HELD_OUTSIDE_ENV, "1")
+    assert run_lock.hold_for_process(str(tmp_path / "2026-01-31")) is False
+    assert not (tmp_path / "2026-01-31" / run_lock.LOCK_FILE).exists()
