@@ -4,12 +4,18 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
 
     {
       "schema_version": 1,
-      "dataset": {"name": str, "version": str, "train_split": str, "eval_split": str},
+      "dataset": {"name": str (the --dataset value), "version": str,
+                  "adapter": "tfds" | "imagefolder" | "tfrecord" (absent: tfds),
+                  "train_split": str, "eval_split": str (TFDS split syntax, or
+                  "held-out 10% of train (seed 0)" when it was cut from the train split),
+                  "eval_held_out": {"fraction": float, "of_split": str, "seed": str,
+                                    "num_examples": int} (only when it was cut)},
       "parameters": {...the preprocess parameters...},
       "num_workers": int,
       "image_shape": [H, W, C],
       "num_classes": int,
-      "class_names": [str, ...],
+      "class_names": [str, ...] (by label index: TFDS ClassLabel names, the sorted class
+                     folders of an image folder, a TFRecord's label names or '0', '1', ...),
       "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index"},
       "splits": {
         "train": {"num_examples": int, "examples_per_worker": int, "leftover_examples": int},

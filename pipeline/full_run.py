@@ -30,7 +30,19 @@ from pipeline.preprocess_task import Preprocess
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
 # where the sources come from, and max_records_per_file only how many files hold them.
-SHARD_SET_PARAMETERS = ("dataset", "num_workers", "validation_fraction", "seed")
+SHARD_SET_PARAMETERS = (
+    "dataset",
+    "num_workers",
+    "validation_fraction",
+    "seed",
+    "train_split",
+    "eval_split",
+    "eval_fraction",
+    "resize",
+    "image_feature",
+    "label_feature",
+    "raw_image_shape",
+)
 
 
 class ShardSetMismatch(RuntimeError):
@@ -123,6 +135,8 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
         return
     doc = atomic.read_json(path)
     recorded = {**doc.get("parameters", {}), "num_workers": doc.get("num_workers")}
+    if "eval_held_out" not in doc.get("dataset", {}):
+        recorded.pop("eval_fraction", None)  # only says anything when the eval split was cut
     differing = [
         f"{name} {recorded[name]!r} (now {getattr(preprocess, name)!r})"
         for name in SHARD_SET_PARAMETERS

@@ -37,7 +37,10 @@ class RunTask(luigi.Task):
     dataset = luigi.Parameter(
         default="fashion_mnist",
         config_path=_from_preprocess("dataset"),
-        description="TFDS image-classification dataset name (an image and a class label).",
+        description="The images to train on: a TFDS name ('fashion_mnist', 'name/config'), "
+        "a TFDS builder by import path ('tfds:my_pkg.my_module[:MyBuilder]'), an image folder "
+        "('imagefolder:ROOT', ROOT/<class name>/*.png|jpg) or TFRecord files of "
+        "tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); see docs/extending.md.",
     )
     num_workers = luigi.IntParameter(
         default=2,

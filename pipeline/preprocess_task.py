@@ -27,6 +27,13 @@ def preprocess_args(
     seed: str = "0",
     max_records_per_file: int = 100_000,
     beam_args: str = "",
+    train_split: str = "train",
+    eval_split: str = "test",
+    eval_fraction: float = 0.1,
+    resize: str = "",
+    image_feature: str = "image",
+    label_feature: str = "label",
+    raw_image_shape: str = "",
 ) -> list[str]:
     """The arguments after `python -m preprocess` (a container executor prepends its own)."""
     args = [
@@ -39,6 +46,13 @@ def preprocess_args(
         f"--data_dir={data_dir}",
         f"--seed={seed}",
         f"--max_records_per_file={max_records_per_file}",
+        f"--train_split={train_split}",
+        f"--eval_split={eval_split}",
+        f"--eval_fraction={eval_fraction!r}",
+        f"--resize={resize}",
+        f"--image_feature={image_feature}",
+        f"--label_feature={label_feature}",
+        f"--raw_image_shape={raw_image_shape}",
     ]
     if manual_dir:
         args.append(f"--manual_dir={manual_dir}")
@@ -66,6 +80,41 @@ class Preprocess(RunTask):
     manual_checksums = luigi.OptionalParameter(
         default=None,
         description="sha256sum-format file of the source files; empty for the recorded one.",
+    )
+    train_split = luigi.Parameter(
+        default="train",
+        description="Split to train on, in TFDS split syntax ('train', 'train[:90%]', "
+        "'train+extra'); validation is held out of it.",
+    )
+    eval_split = luigi.Parameter(
+        default="test",
+        description="Split to evaluate on, in TFDS split syntax. 'test' on a dataset without "
+        "a test split holds out eval_fraction of the train split instead (recorded in the "
+        "manifest); any other name must exist.",
+    )
+    eval_fraction = luigi.FloatParameter(
+        default=0.1,
+        description="Share of the train split held out for evaluation when the dataset has "
+        "no test split, in (0, 1); cut by the seed's hash, like validation.",
+    )
+    resize = luigi.Parameter(
+        default="",
+        description="HxW every image is resized to (imagefolder: and tfrecord: datasets); "
+        "empty: all images must have one size.",
+    )
+    image_feature = luigi.Parameter(
+        default="image",
+        description="tfrecord: datasets: the tf.train.Example feature holding the image.",
+    )
+    label_feature = luigi.Parameter(
+        default="label",
+        description="tfrecord: datasets: the feature holding the label (int64 class index "
+        "or bytes class name).",
+    )
+    raw_image_shape = luigi.Parameter(
+        default="",
+        description="tfrecord: datasets: HxWxC when the image feature holds raw uint8 "
+        "pixels; empty when it holds encoded images (PNG, JPEG, GIF, BMP).",
     )
     seed = luigi.Parameter(
         default="0",
@@ -104,6 +153,13 @@ class Preprocess(RunTask):
                 seed=self.seed,
                 max_records_per_file=self.max_records_per_file,
                 beam_args=self.beam_args,
+                train_split=self.train_split,
+                eval_split=self.eval_split,
+                eval_fraction=self.eval_fraction,
+                resize=self.resize,
+                image_feature=self.image_feature,
+                label_feature=self.label_feature,
+                raw_image_shape=self.raw_image_shape,
             ),
         ]
 

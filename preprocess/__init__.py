@@ -1,4 +1,4 @@
-"""The preprocess stage: TFDS dataset → deterministic, balanced per-worker TFRecord shards."""
+"""The preprocess stage: a dataset (TFDS, image folder, TFRecords) → balanced per-worker shards."""
 
 from typing import Any
 

@@ -13,7 +13,7 @@ from contract.storage import UnsupportedStorageError
 USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
        python -m preprocess verify DATA_DIR [--split SPLIT] [--worker N]
 
-  run      shard a TFDS dataset (see `python -m preprocess run --help`)
+  run      shard a dataset (see `python -m preprocess run --help`)
   verify   re-check a shard set's files against its manifest
 """
 
@@ -49,16 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         argv = argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from preprocess.errors import PreprocessError
+    from preprocess.errors import BadInputError, PreprocessError
     from preprocess.pipeline import run
 
     try:
         run(argv, hold_run_lock=True)
-    except UnsupportedStorageError as e:  # refused before any work
+    except (UnsupportedStorageError, BadInputError) as e:  # refused; nothing published
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except (PreprocessError, run_lock.RunLockedError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(str(e)), file=sys.stderr)
         return 1
     return 0
 

@@ -6,7 +6,11 @@ import argparse
 import dataclasses
 import datetime
 
-from preprocess.errors import PreprocessError
+from preprocess.errors import BadInputError
+
+# The eval split that falls back to a held-out part of the train split when the dataset has
+# no split of that name (any other eval split must exist).
+DEFAULT_EVAL_SPLIT = "test"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +26,12 @@ class PreprocessConfig:
     manual_dir: str | None = None
     manual_checksums: str | None = None
     train_split: str = "train"
-    eval_split: str = "test"
+    eval_split: str = DEFAULT_EVAL_SPLIT
+    eval_fraction: float = 0.1
+    resize: str = ""
+    image_feature: str = "image"
+    label_feature: str = "label"
+    raw_image_shape: str = ""
     seed: str = "0"
     max_records_per_file: int = 100_000
     max_bytes_per_file: int = 128 << 20
@@ -35,18 +44,22 @@ class PreprocessConfig:
         """Rejects parameter values the job cannot honour.
 
         Raises:
-            PreprocessError: naming the parameter and its allowed range.
+            BadInputError: naming the parameter and its allowed range.
         """
         try:
             datetime.date.fromisoformat(self.date)
         except ValueError:
-            raise PreprocessError(f"date must be YYYY-MM-DD, got '{self.date}'") from None
+            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'") from None
         if self.num_workers < 1:
-            raise PreprocessError(f"num_workers must be at least 1, got {self.num_workers}")
+            raise BadInputError(f"num_workers must be at least 1, got {self.num_workers}")
         if not 0.0 <= self.validation_fraction < 1.0:
-            raise PreprocessError(
+            raise BadInputError(
                 f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
             )
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise BadInputError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        self.resize_shape()
+        self.raw_shape()
         for name in (
             "max_records_per_file",
             "max_bytes_per_file",
@@ -55,7 +68,41 @@ class PreprocessConfig:
             "batch_size",
         ):
             if getattr(self, name) < 1:
-                raise PreprocessError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise BadInputError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    def resize_shape(self) -> tuple[int, int] | None:
+        """`resize` as (height, width), or None when images keep their size.
+
+        Raises:
+            BadInputError: `resize` is not HxW with positive whole numbers.
+        """
+        size = parse_dimensions("resize", self.resize, ("H", "W"))
+        return (size[0], size[1]) if size else None
+
+    def raw_shape(self) -> list[int] | None:
+        """`raw_image_shape` as [H, W, C], or None when images are encoded (PNG, JPEG, ...).
+
+        Raises:
+            BadInputError: `raw_image_shape` is not HxWxC with positive whole numbers.
+        """
+        return parse_dimensions("raw_image_shape", self.raw_image_shape, ("H", "W", "C"))
+
+
+def parse_dimensions(name: str, text: str, parts: tuple[str, ...]) -> list[int] | None:
+    """'28x28' (or '28x28x1') as [28, 28] ([28, 28, 1]); None for an empty value.
+
+    Raises:
+        BadInputError: naming the parameter and the form it takes.
+    """
+    if not text:
+        return None
+    pieces = text.lower().split("x")
+    if len(pieces) != len(parts) or not all(p.isdigit() and int(p) > 0 for p in pieces):
+        raise BadInputError(
+            f"{name} must be {'x'.join(parts)} in positive whole numbers "
+            f"(e.g. {'x'.join(['32', '32', '3'][: len(parts)])}), got '{text}'"
+        )
+    return [int(p) for p in pieces]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +119,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=datetime.date.today().isoformat(),
         help="run date YYYY-MM-DD; output goes to <output_root>/<date>/data",
     )
-    parser.add_argument("--dataset", default=d.dataset, help="TFDS image-classification dataset")
+    parser.add_argument(
+        "--dataset",
+        default=d.dataset,
+        help="a TFDS name ('fashion_mnist', 'name/config'), a TFDS builder by import path "
+        "('tfds:my_pkg.my_module[:MyBuilder]'), an image folder ('imagefolder:ROOT') or "
+        "TFRecord files of tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); "
+        "see docs/extending.md",
+    )
     parser.add_argument(
         "--num_workers",
         "--num-workers",
@@ -100,8 +154,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="sha256sum file of the source files (default preprocess/sources/<dataset>.sha256)",
     )
-    parser.add_argument("--train_split", default=d.train_split, help="TFDS split to train on")
-    parser.add_argument("--eval_split", default=d.eval_split, help="TFDS split to evaluate on")
+    parser.add_argument(
+        "--train_split",
+        default=d.train_split,
+        help="split to train on, in TFDS split syntax ('train', 'train[:90%%]', 'train+extra')",
+    )
+    parser.add_argument(
+        "--eval_split",
+        default=d.eval_split,
+        help=f"split to evaluate on, in TFDS split syntax; '{DEFAULT_EVAL_SPLIT}' on a dataset "
+        "without one holds out --eval_fraction of the train split instead",
+    )
+    parser.add_argument(
+        "--eval_fraction",
+        type=float,
+        default=d.eval_fraction,
+        help=f"share of the train split held out for evaluation when the dataset has no "
+        f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1)",
+    )
+    parser.add_argument(
+        "--resize",
+        default=d.resize,
+        help="HxW every image is resized to (imagefolder, tfrecord); empty: all images must "
+        "have one size",
+    )
+    parser.add_argument(
+        "--image_feature",
+        default=d.image_feature,
+        help="tfrecord: the tf.train.Example feature holding the image",
+    )
+    parser.add_argument(
+        "--label_feature",
+        default=d.label_feature,
+        help="tfrecord: the feature holding the label (int64 class index or bytes class name)",
+    )
+    parser.add_argument(
+        "--raw_image_shape",
+        default=d.raw_image_shape,
+        help="tfrecord: HxWxC when the image feature holds raw uint8 pixels; empty: encoded "
+        "(PNG, JPEG, GIF, BMP)",
+    )
     parser.add_argument("--seed", default=d.seed, help="mixed into the keys that order records")
     parser.add_argument(
         "--max_records_per_file",

@@ -1,4 +1,4 @@
-"""The preprocess job: a TFDS dataset in, balanced per-worker shard files and a manifest out."""
+"""The preprocess job: a dataset in, balanced per-worker shard files and a manifest out."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from contract import atomic, layout, records, run_lock, storage
-from preprocess import dask_support, plan, reading, shard_set, sources, transforms
+from preprocess import dask_support, datasets, plan, reading, shard_set, sources, transforms
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
-from preprocess.errors import PreprocessError
+from preprocess.errors import BadInputError, PreprocessError, from_runner_failure
 
 FILES_LIST = "_files.json"
 TRAIN_ROLE, EVAL_ROLE = "train", "eval"  # which source split a record came from
@@ -78,47 +78,82 @@ def record_bytes(spec: sources.DatasetSpec) -> int:
     return len(records.encode_example(image, max(0, len(spec.class_names) - 1))) + 16
 
 
-def make_plans(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> dict[str, transforms.MakePlan]:
-    """Each source role's plan maker (number of examples → plan); files are cut by bytes."""
+def resolve_roles(
+    cfg: PreprocessConfig, spec: sources.DatasetSpec
+) -> dict[str, list[reading.SplitRange]]:
+    """What each source role reads: the train split, and the eval split unless it is held out
+    of the train split (`datasets.holds_out_eval`), as ranges of the dataset's own splits.
+
+    Raises:
+        BadInputError: a split expression is malformed or names a split the dataset lacks.
+    """
+    roles = {TRAIN_ROLE: datasets.resolve_split(spec, cfg.train_split)}
+    if not datasets.holds_out_eval(cfg, spec):
+        roles[EVAL_ROLE] = datasets.resolve_split(spec, cfg.eval_split)
+    return roles
+
+
+def role_sizes(roles: dict[str, list[reading.SplitRange]]) -> dict[str, int]:
+    """Examples each source role reads."""
+    return {role: sum(end - start for _, start, end in ranges) for role, ranges in roles.items()}
+
+
+def make_plans(
+    cfg: PreprocessConfig, spec: sources.DatasetSpec, held_out: bool
+) -> dict[str, transforms.MakePlan]:
+    """Each source role's plan maker (number of examples → plan); files are cut by bytes.
+
+    With `held_out`, the train role's plan also cuts the eval split and there is no eval role.
+    """
     per_file = plan.records_per_file(
         record_bytes(spec), cfg.max_bytes_per_file, cfg.max_records_per_file
     )
-    return {
+    plans: dict[str, transforms.MakePlan] = {
         TRAIN_ROLE: functools.partial(
             plan.TrainPlan,
             num_workers=cfg.num_workers,
             validation_fraction=cfg.validation_fraction,
             max_records_per_file=per_file,
-        ),
-        EVAL_ROLE: functools.partial(
-            plan.WholeSplitPlan, split=layout.EVAL_SPLIT, max_records_per_file=per_file
-        ),
+            eval_fraction=cfg.eval_fraction if held_out else 0.0,
+        )
     }
+    if not held_out:
+        plans[EVAL_ROLE] = functools.partial(
+            plan.WholeSplitPlan, split=layout.EVAL_SPLIT, max_records_per_file=per_file
+        )
+    return plans
 
 
 def _build_pipeline(
-    p: beam.Pipeline, cfg: PreprocessConfig, spec: sources.DatasetSpec, staging: str
+    p: beam.Pipeline,
+    cfg: PreprocessConfig,
+    source: datasets.Source,
+    roles: dict[str, list[reading.SplitRange]],
+    staging: str,
 ) -> None:
-    plans = make_plans(cfg, spec)
-    reader = reading.TfdsChunkReader(
-        spec.dataset_dir, spec.image_key, spec.label_key, cfg.batch_size
+    spec = source.spec
+    plans = make_plans(cfg, spec, EVAL_ROLE not in roles)
+    expressions = {TRAIN_ROLE: cfg.train_split, EVAL_ROLE: cfg.eval_split}
+    reader = reading.SplitChunkReader(
+        source.reader, {expressions[role]: ranges for role, ranges in roles.items()}
     )
-    chunks, roles = {}, {}
-    for role, split in ((TRAIN_ROLE, cfg.train_split), (EVAL_ROLE, cfg.eval_split)):
-        size = spec.split_sizes[split]
+    chunks, plans_and_bits = {}, {}
+    for role, size in sorted(role_sizes(roles).items(), reverse=True):
         label = role.title()
         chunks[role] = (
             p
             | f"{label}Chunks"
-            >> beam.Create(reading.read_chunks(split, size, cfg.read_chunk_size), reshuffle=False)
+            >> beam.Create(
+                reading.read_chunks(expressions[role], size, cfg.read_chunk_size), reshuffle=False
+            )
             | f"Distribute{label}Chunks" >> beam.Reshuffle()
         )
         bits = transforms.bucket_bits(size, record_bytes(spec), cfg.bucket_bytes, MIN_BUCKETS)
-        roles[role] = (plans[role], bits)
+        plans_and_bits[role] = (plans[role], bits)
     # One chain to one last step: the DaskRunner computes only the graph's last step.
     _ = (
         chunks
-        | "Shard" >> transforms.ShardSplits(roles, cfg.seed, staging, reader)
+        | "Shard" >> transforms.ShardSplits(plans_and_bits, cfg.seed, staging, reader)
         | "ListEntries" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
         | "WriteFileList"
         >> beam.Map(lambda e: atomic.write_json_atomic(layout.join(staging, FILES_LIST), e))
@@ -126,7 +161,11 @@ def _build_pipeline(
 
 
 def check_written(
-    cfg: PreprocessConfig, spec: sources.DatasetSpec, files: list[dict[str, Any]], staging: str
+    cfg: PreprocessConfig,
+    spec: sources.DatasetSpec,
+    sizes: dict[str, int],
+    files: list[dict[str, Any]],
+    staging: str,
 ) -> None:
     """The guard against a lossy runner: what was written must be exactly what the source and
     the plan say, split by split and file by file, before anything is published.
@@ -134,26 +173,30 @@ def check_written(
     Raises:
         PreprocessError: one line naming the split (or file) and both numbers.
     """
-    plans = make_plans(cfg, spec)
-    train = plans[TRAIN_ROLE](spec.split_sizes[cfg.train_split])
+    held_out = EVAL_ROLE not in sizes
+    plans = make_plans(cfg, spec, held_out)
+    train = plans[TRAIN_ROLE](sizes[TRAIN_ROLE])
     written = {s: sum(f["num_examples"] for f in files if f["split"] == s) for s in layout.SPLITS}
     held = written[layout.TRAIN_SPLIT] + written[layout.VALIDATION_SPLIT]
-    if held != train.num_examples:
+    held += written[layout.EVAL_SPLIT] if held_out else 0
+    if held != train.num_examples or (held_out and written[layout.EVAL_SPLIT] != train.num_eval):
         raise PreprocessError(
             f"split '{cfg.train_split}' has {train.num_examples} examples but the runner wrote "
             f"{held} (train {written[layout.TRAIN_SPLIT]} + validation and leftover "
-            f"{written[layout.VALIDATION_SPLIT]}): records were lost or repeated; nothing published"
+            f"{written[layout.VALIDATION_SPLIT]}"
+            + (f" + held-out eval {written[layout.EVAL_SPLIT]}" if held_out else "")
+            + "): records were lost or repeated; nothing published"
         )
-    if written[layout.EVAL_SPLIT] != spec.split_sizes[cfg.eval_split]:
+    if not held_out and written[layout.EVAL_SPLIT] != sizes[EVAL_ROLE]:
         raise PreprocessError(
-            f"split '{cfg.eval_split}' has {spec.split_sizes[cfg.eval_split]} examples but the "
+            f"split '{cfg.eval_split}' has {sizes[EVAL_ROLE]} examples but the "
             f"runner wrote {written[layout.EVAL_SPLIT]}: records were lost or repeated; "
             "nothing published"
         )
     expected = {
         slot.path: sum(end - begin for begin, end in ranges)
-        for role, split in ((TRAIN_ROLE, cfg.train_split), (EVAL_ROLE, cfg.eval_split))
-        for slot, ranges in plans[role](spec.split_sizes[split]).files()
+        for role, size in sizes.items()
+        for slot, ranges in plans[role](size).files()
     }
     paths = [f["path"] for f in files]
     if sorted(paths) != sorted(expected):
@@ -173,17 +216,21 @@ def check_written(
             )
 
 
-def _check_splits(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> None:
-    for split in (cfg.train_split, cfg.eval_split):
-        if split not in spec.split_sizes:
-            raise PreprocessError(
-                f"TFDS dataset '{spec.name}' has no split '{split}'; "
-                f"it has {sorted(spec.split_sizes)}"
-            )
-    n = spec.split_sizes[cfg.train_split]
-    left = n - plan.num_validation_examples(n, cfg.validation_fraction)
+def _check_splits(cfg: PreprocessConfig, spec: sources.DatasetSpec, sizes: dict[str, int]) -> None:
+    n = sizes[TRAIN_ROLE]
+    held_out = EVAL_ROLE not in sizes
+    if held_out and plan.num_held_out_eval_examples(n, cfg.eval_fraction) == 0:
+        raise BadInputError(
+            f"dataset '{spec.name}' has no '{cfg.eval_split}' split and eval_fraction "
+            f"{cfg.eval_fraction} of the {n} examples of '{cfg.train_split}' holds out none: "
+            "raise --eval_fraction or name an eval split with --eval_split"
+        )
+    if not held_out and sizes[EVAL_ROLE] == 0:
+        raise BadInputError(f"eval split '{cfg.eval_split}' of '{spec.name}' holds no examples")
+    train = plan.TrainPlan(n, 1, cfg.validation_fraction, 1, cfg.eval_fraction if held_out else 0)
+    left = n - train.num_eval - train.num_validation
     if cfg.num_workers > left:
-        raise PreprocessError(
+        raise BadInputError(
             f"num_workers {cfg.num_workers} is larger than the {left} training examples of "
             f"'{spec.name}' left after validation: lower --num_workers"
         )
@@ -218,19 +265,26 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
     shard_set.remove_dead_staging(data_dir)
     staging = shard_set.make_staging(data_dir)
     try:
-        builder = sources.prepare_dataset(
-            cfg.dataset, absolute(cfg.data_dir), cfg.manual_dir, cfg.manual_checksums
-        )
-        spec = sources.describe(builder)
-        _check_splits(cfg, spec)
+        source = datasets.open_source(cfg, absolute(cfg.data_dir))
+        spec = source.spec
+        roles = resolve_roles(cfg, spec)
+        sizes = role_sizes(roles)
+        _check_splits(cfg, spec, sizes)
         if dask_support.is_dask(options):
-            examples = spec.split_sizes[cfg.train_split] + spec.split_sizes[cfg.eval_split]
+            examples = sum(sizes.values())
             beam_args = dask_support.prepare(
                 beam_args, examples * record_bytes(spec), cfg.bucket_bytes
             )
             options = beam_options(beam_args)
-        with _make_pipeline(options) as p:
-            _build_pipeline(p, cfg, spec, staging)
+        try:
+            with _make_pipeline(options) as p:
+                _build_pipeline(p, cfg, source, roles, staging)
+        except Exception as e:
+            # A step that found bad input on a worker: its own line, not the runner's wrapping.
+            own = from_runner_failure(e)
+            if own is None:
+                raise
+            raise own from None
         files_path = layout.join(staging, FILES_LIST)
         if not tf.io.gfile.exists(files_path):
             raise PreprocessError(
@@ -238,9 +292,9 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
                 "it skipped the job's last step; nothing published"
             )
         files = atomic.read_json(files_path)
-        check_written(cfg, spec, files, staging)
+        check_written(cfg, spec, sizes, files, staging)
         shard_set.keep_only(staging, [f["path"] for f in files])
-        doc = shard_set.build_manifest(cfg, spec, files)
+        doc = shard_set.build_manifest(cfg, spec, sizes, files)
         shard_set.publish(staging, data_dir, doc)
     finally:
         shard_set.remove(staging)

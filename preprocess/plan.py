@@ -35,27 +35,40 @@ def num_validation_examples(num_examples: int, validation_fraction: float) -> in
     return int(round(num_examples * validation_fraction))
 
 
+def num_held_out_eval_examples(num_examples: int, eval_fraction: float) -> int:
+    """How many of the training split's examples are held out for evaluation (when the
+    dataset has no eval split of its own)."""
+    return int(round(num_examples * eval_fraction))
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainPlan:
-    """Cuts the dataset's training split into validation and equal per-worker parts.
+    """Cuts the dataset's training split into a held-out eval part (only when `eval_fraction`
+    is set), validation, and equal per-worker parts.
 
-    Ranks [0, num_validation) are validation; the next examples_per_worker * num_workers ranks
-    are train, in one contiguous block per worker; the leftover ranks (fewer than num_workers)
-    also go to validation so no example is lost, and are counted as `leftover_examples`.
+    Ranks [0, num_eval) are eval; the next num_validation ranks are validation; the next
+    examples_per_worker * num_workers ranks are train, in one contiguous block per worker; the
+    leftover ranks (fewer than num_workers) also go to validation so no example is lost, and
+    are counted as `leftover_examples`. Validation is `validation_fraction` of what eval leaves.
     """
 
     num_examples: int
     num_workers: int
     validation_fraction: float
     max_records_per_file: int
+    eval_fraction: float = 0.0
+
+    @functools.cached_property
+    def num_eval(self) -> int:
+        return num_held_out_eval_examples(self.num_examples, self.eval_fraction)
 
     @functools.cached_property
     def num_validation(self) -> int:
-        return num_validation_examples(self.num_examples, self.validation_fraction)
+        return num_validation_examples(self.num_examples - self.num_eval, self.validation_fraction)
 
     @functools.cached_property
     def examples_per_worker(self) -> int:
-        return (self.num_examples - self.num_validation) // self.num_workers
+        return (self.num_examples - self.num_eval - self.num_validation) // self.num_workers
 
     @functools.cached_property
     def num_train(self) -> int:
@@ -63,7 +76,7 @@ class TrainPlan:
 
     @functools.cached_property
     def leftover_examples(self) -> int:
-        return self.num_examples - self.num_validation - self.num_train
+        return self.num_examples - self.num_eval - self.num_validation - self.num_train
 
     @functools.cached_property
     def files_per_worker(self) -> int:
@@ -74,10 +87,17 @@ class TrainPlan:
         total = self.num_validation + self.leftover_examples
         return max(1, math.ceil(total / self.max_records_per_file))
 
+    @functools.cached_property
+    def eval_files(self) -> int:
+        return math.ceil(self.num_eval / self.max_records_per_file)
+
     def slot(self, rank: int) -> FileSlot:
         """The file of the example with this rank."""
         if not 0 <= rank < self.num_examples:
             raise ValueError(f"rank {rank} outside [0, {self.num_examples})")
+        if rank < self.num_eval:
+            return self._eval_slot(rank // self.max_records_per_file)
+        rank -= self.num_eval
         train_rank = rank - self.num_validation
         if 0 <= train_rank < self.num_train:
             worker, index = divmod(train_rank, self.examples_per_worker)
@@ -89,8 +109,13 @@ class TrainPlan:
     def files(self) -> list[tuple[FileSlot, Ranges]]:
         """Every file of the plan with the rank ranges it holds, in order."""
         out: list[tuple[FileSlot, Ranges]] = []
+        for index in range(self.eval_files):
+            start = index * self.max_records_per_file
+            end = min(start + self.max_records_per_file, self.num_eval)
+            out.append((self._eval_slot(index), ((start, end),)))
+        shift = self.num_eval
         for worker in range(self.num_workers):
-            begin = self.num_validation + worker * self.examples_per_worker
+            begin = shift + self.num_validation + worker * self.examples_per_worker
             for index in range(self.files_per_worker):
                 start = begin + index * self.max_records_per_file
                 end = min(start + self.max_records_per_file, begin + self.examples_per_worker)
@@ -104,10 +129,10 @@ class TrainPlan:
             end = min(start + self.max_records_per_file, total)
             ranges = []
             if start < held_out:
-                ranges.append((start, min(end, held_out)))
+                ranges.append((shift + start, shift + min(end, held_out)))
             if end > held_out:
-                shift = self.num_train
-                ranges.append((max(start, held_out) + shift, end + shift))
+                skip = shift + self.num_train
+                ranges.append((max(start, held_out) + skip, end + skip))
             out.append((self._validation_slot(index), tuple(r for r in ranges if r[0] < r[1])))
         return out
 
@@ -122,6 +147,11 @@ class TrainPlan:
             layout.VALIDATION_SPLIT, file_index, self.validation_files
         )
         return FileSlot(path, layout.VALIDATION_SPLIT, None)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def _eval_slot(self, file_index: int) -> FileSlot:
+        path = layout.whole_split_file_name(layout.EVAL_SPLIT, file_index, self.eval_files)
+        return FileSlot(path, layout.EVAL_SPLIT, None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""Reading a TFDS split in chunks: the ranges readers take, and the reader of one range.
+"""Reading a split in chunks: the ranges readers take, and the readers of one range.
+
+A split is named in TFDS split syntax ('train', 'train[:90%]', 'train+extra'), resolved once
+on the driver into ranges of the dataset's own splits; a chunk is a range of that
+concatenation, and `SplitChunkReader` hands each piece to the dataset's range reader (TFDS,
+image folder, TFRecord files).
 
 A reader is a plain object, not a Beam step: the step that reads a chunk also writes its
 records to disk (`transforms.SpillPieces`), so records never travel between Beam steps.
@@ -14,6 +19,7 @@ import tensorflow as tf
 from contract import records
 
 Chunk = tuple[str, int, int]  # (split, first example, end example)
+SplitRange = tuple[str, int, int]  # (one of the dataset's own splits, first example, end)
 
 
 class ChunkReader(Protocol):
@@ -24,6 +30,42 @@ class ChunkReader(Protocol):
     def read(self, chunk: Chunk) -> Iterator[list[bytes]]: ...
 
 
+class RangeReader(Protocol):
+    """Reads examples [start, end) of one of the dataset's own splits as encoded records."""
+
+    def setup(self) -> None: ...
+
+    def read_range(self, split: str, start: int, end: int) -> Iterator[list[bytes]]: ...
+
+
+class SplitChunkReader:
+    """Reads chunks of split expressions through a range reader.
+
+    Args:
+        reader: reads ranges of the dataset's own splits.
+        ranges: split expression → the ranges of own splits it is, in order.
+    """
+
+    def __init__(self, reader: RangeReader, ranges: dict[str, list[SplitRange]]):
+        self._reader = reader
+        self._ranges = ranges
+
+    def setup(self) -> None:
+        self._reader.setup()
+
+    def read(self, chunk: Chunk) -> Iterator[list[bytes]]:
+        expression, start, end = chunk
+        offset = 0
+        for split, first, stop in self._ranges[expression]:
+            size = stop - first
+            begin, finish = max(start, offset), min(end, offset + size)
+            if begin < finish:
+                yield from self._reader.read_range(
+                    split, first + begin - offset, first + finish - offset
+                )
+            offset += size
+
+
 def read_chunks(split: str, num_examples: int, chunk_size: int) -> list[Chunk]:
     """Cuts a TFDS split into (split, start, end) ranges that readers take in parallel."""
     return [
@@ -31,7 +73,7 @@ def read_chunks(split: str, num_examples: int, chunk_size: int) -> list[Chunk]:
     ]
 
 
-class TfdsChunkReader:
+class TfdsRangeReader:
     """Reads one range of a prepared TFDS split as batches of encoded records.
 
     TFRecord-backed datasets are parsed and decoded a batch at a time in one tf.data graph
@@ -52,8 +94,7 @@ class TfdsChunkReader:
 
         self._builder = tfds.builder_from_directory(self._dataset_dir)
 
-    def read(self, chunk: Chunk) -> Iterator[list[bytes]]:
-        split, start, end = chunk
+    def read_range(self, split: str, start: int, end: int) -> Iterator[list[bytes]]:
         for batch in self._batches(f"{split}[{start}:{end}]"):
             images, labels = batch[self._image_key], batch[self._label_key]
             yield [

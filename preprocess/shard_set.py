@@ -135,35 +135,59 @@ def keep_only(staging: str, paths: list[str]) -> None:
 
 
 def build_manifest(
-    cfg: PreprocessConfig, spec: sources.DatasetSpec, files: list[dict[str, Any]]
+    cfg: PreprocessConfig,
+    spec: sources.DatasetSpec,
+    sizes: dict[str, int],
+    files: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The manifest document (schema in contract.manifest) of a written shard set.
+
+    Args:
+        cfg: the stage's parameters.
+        spec: the dataset.
+        sizes: examples read per source role ("train", and "eval" unless it was held out of
+            the train split).
+        files: the written files' entries.
 
     Raises:
         PreprocessError: the written counts disagree with the dataset's split sizes.
     """
+    held_out = "eval" not in sizes
     train = plan.TrainPlan(
-        spec.split_sizes[cfg.train_split],
+        sizes["train"],
         cfg.num_workers,
         cfg.validation_fraction,
         cfg.max_records_per_file,
+        cfg.eval_fraction if held_out else 0.0,
     )
     counts = {s: sum(f["num_examples"] for f in files if f["split"] == s) for s in layout.SPLITS}
     expected = {
         layout.TRAIN_SPLIT: train.num_train,
         layout.VALIDATION_SPLIT: train.num_validation + train.leftover_examples,
-        layout.EVAL_SPLIT: spec.split_sizes[cfg.eval_split],
+        layout.EVAL_SPLIT: train.num_eval if held_out else sizes["eval"],
     }
     if counts != expected:
         raise PreprocessError(f"written example counts {counts} differ from expected {expected}")
+    dataset: dict[str, Any] = {
+        "name": spec.name,
+        "version": spec.version,
+        "adapter": spec.adapter,
+        "train_split": cfg.train_split,
+        "eval_split": cfg.eval_split,
+    }
+    if held_out:
+        dataset["eval_split"] = (
+            f"held-out {cfg.eval_fraction * 100:g}% of {cfg.train_split} (seed {cfg.seed})"
+        )
+        dataset["eval_held_out"] = {
+            "fraction": cfg.eval_fraction,
+            "of_split": cfg.train_split,
+            "seed": cfg.seed,
+            "num_examples": train.num_eval,
+        }
     return {
         "schema_version": manifest.SCHEMA_VERSION,
-        "dataset": {
-            "name": spec.name,
-            "version": spec.version,
-            "train_split": cfg.train_split,
-            "eval_split": cfg.eval_split,
-        },
+        "dataset": dataset,
         "parameters": dataclasses.asdict(cfg),
         "num_workers": cfg.num_workers,
         "image_shape": spec.image_shape,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import importlib
+import inspect
 import os
 import pathlib
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from tensorflow_datasets.core.download import checksums
 
 from contract import atomic
 from preprocess import scaled_dataset
-from preprocess.errors import PreprocessError
+from preprocess.errors import BadInputError, PreprocessError
 
 SOURCES_DIR = pathlib.Path(__file__).resolve().parent / "sources"
 PREPARE_LOCK = ".prepare.lock"
@@ -34,6 +36,7 @@ class DatasetSpec:
     image_shape: list[int]
     class_names: list[str]
     split_sizes: dict[str, int]
+    adapter: str = "tfds"
 
 
 def recorded_checksums_path(dataset: str) -> str:
@@ -43,8 +46,9 @@ def recorded_checksums_path(dataset: str) -> str:
     (`fashion_mnist_scaled/x10` uses `sources/fashion_mnist.sha256`).
     """
     name = split_name(dataset)[0]
-    with contextlib.suppress(tfds.core.registered.DatasetNotFoundError):
-        name = getattr(tfds.builder_cls(name), "SOURCE_SUMS", name)
+    with contextlib.suppress(PreprocessError):
+        cls = builder_class(dataset)
+        name = getattr(cls, "SOURCE_SUMS", cls.name)
     return str(SOURCES_DIR / f"{name}.sha256")
 
 
@@ -98,19 +102,59 @@ def verify_manual_files(manual_dir: str, sums: dict[str, str], sums_path: str) -
 
 
 def builder_class(dataset: str) -> type[Any]:
-    """The registered TFDS builder class of `dataset` ('name' or 'name/config').
+    """The TFDS builder class of `dataset`: a registered 'name' or 'name/config', or a user's
+    builder imported by path, 'tfds:my_pkg.my_module[:MyBuilder][/config]'.
 
     Raises:
-        PreprocessError: no TFDS dataset has that name.
+        BadInputError: no TFDS dataset has that name, or the path names no builder.
     """
     name = split_name(dataset)[0]
+    if name.startswith("tfds:"):
+        return _imported_builder(name.removeprefix("tfds:"))
     try:
         return tfds.builder_cls(name)
     except tfds.core.registered.DatasetNotFoundError:
-        raise PreprocessError(
+        raise BadInputError(
             f"unknown TFDS dataset '{name}': check the name in the TFDS catalog "
-            "(tfds.list_builders())"
+            "(tfds.list_builders()), or name your own builder as tfds:my_pkg.my_module"
         ) from None
+
+
+def _imported_builder(path: str) -> type[Any]:
+    """The builder class at 'my_pkg.my_module' (its only one) or 'my_pkg.my_module:MyBuilder'.
+
+    Raises:
+        BadInputError: the module does not import, or holds no such builder.
+    """
+    module_name, _, class_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any failure to import is the user's module's
+        raise BadInputError(
+            f"cannot import the TFDS builder module '{module_name}': {type(e).__name__}: {e} "
+            "(is it on PYTHONPATH?)"
+        ) from None
+    builders = {
+        name: value
+        for name, value in vars(module).items()
+        if inspect.isclass(value)
+        and issubclass(value, tfds.core.DatasetBuilder)
+        and value.__module__ == module.__name__
+    }
+    if class_name:
+        if class_name not in builders:
+            raise BadInputError(
+                f"module '{module_name}' has no TFDS builder class '{class_name}' "
+                f"(its builders: {', '.join(sorted(builders)) or 'none'})"
+            )
+        return builders[class_name]
+    if len(builders) != 1:
+        raise BadInputError(
+            f"module '{module_name}' defines {len(builders)} TFDS builders "
+            f"({', '.join(sorted(builders)) or 'none'}): name one as "
+            f"tfds:{module_name}:<BuilderClass>"
+        )
+    return next(iter(builders.values()))
 
 
 def _builder_kwargs(cls: type[Any], dataset: str) -> dict[str, Any]:
@@ -129,7 +173,7 @@ def _builder_kwargs(cls: type[Any], dataset: str) -> dict[str, Any]:
         return {}
     if cls.get_builder_config(config.split(":")[0]) is None:
         known = ", ".join(sorted(cls.builder_configs)) or "none"
-        raise PreprocessError(
+        raise BadInputError(
             f"TFDS dataset '{name}' has no config '{config}' (its configs: {known}): "
             f"pass --dataset {name}/<config>"
         )
@@ -273,13 +317,13 @@ def describe(builder: Any) -> DatasetSpec:
     labels = [k for k, v in features.items() if isinstance(v, tfds.features.ClassLabel)]
     name = dataset_name(builder)
     if len(images) != 1 or len(labels) != 1:
-        raise PreprocessError(
+        raise BadInputError(
             f"TFDS dataset '{name}' is not image classification: this stage needs exactly one "
             f"Image and one ClassLabel feature, it has {sorted(features.keys())}"
         )
     shape = list(features[images[0]].shape)
     if any(d is None for d in shape):
-        raise PreprocessError(
+        raise BadInputError(
             f"TFDS dataset '{name}' has images of variable shape {shape}: "
             "pick a dataset with a fixed image shape"
         )

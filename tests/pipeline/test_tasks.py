@@ -84,6 +84,8 @@ def write_manifest(root, **parameters) -> None:
         ({"seed": "7"}, "seed '7' (now '0')"),
         ({"num_workers": 3}, "num_workers 3 (now 2)"),
         ({"dataset": "mnist"}, "dataset 'mnist' (now 'fashion_mnist')"),
+        ({"train_split": "train[:50%]"}, "train_split 'train[:50%]' (now 'train')"),
+        ({"eval_split": "validation"}, "eval_split 'validation' (now 'test')"),
     ],
 )
 def test_full_run_refuses_a_shard_set_made_with_other_parameters(tmp_path, recorded, named):

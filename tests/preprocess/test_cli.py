@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from contract import layout
+from contract.messages import EXIT_BAD_INPUT
 from preprocess import __main__ as cli
 from tests import factories
 
@@ -71,7 +72,7 @@ def test_run_bad_input_is_one_line_without_traceback(tiny_tfds, tmp_path):
         text=True,
         cwd=factories.PROJECT_ROOT,
     )
-    assert result.returncode == 1
+    assert result.returncode == EXIT_BAD_INPUT
     assert result.stderr.strip().splitlines()[-1] == "error: num_workers must be at least 1, got 0"
     assert "Traceback" not in result.stderr
 
@@ -88,7 +89,7 @@ def test_run_bad_input_messages(make_config, capsys, flags, message):
     cfg = make_config()
     argv = [f"--output_root={cfg.output_root}", f"--data_dir={cfg.data_dir}", "--date", cfg.date]
     argv += flags
-    assert cli.main(["run", *argv]) == 1
+    assert cli.main(["run", *argv]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err.startswith(message)
     assert not os.path.exists(layout.data_dir(cfg.output_root, "2026-01-31"))
 

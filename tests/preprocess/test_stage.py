@@ -52,6 +52,7 @@ def test_counts_balance_and_manifest(make_config):
     assert doc["dataset"] == {
         "name": "fashion_mnist",
         "version": "3.0.1",
+        "adapter": "tfds",
         "train_split": "train",
         "eval_split": "test",
     }
@@ -180,9 +181,10 @@ def test_a_file_missing_from_the_plan_is_refused(make_config, monkeypatch):
 
     planned = pipeline.check_written
 
-    def rename_one(cfg, spec, files, staging):
+    def rename_one(cfg, spec, sizes, files, staging):
         # Same counts, one file under a name the plan does not have (a stray retry's output).
-        planned(cfg, spec, [*files[:-1], {**files[-1], "path": "eval/stray.tfrecord"}], staging)
+        stray = {**files[-1], "path": "eval/stray.tfrecord"}
+        planned(cfg, spec, sizes, [*files[:-1], stray], staging)
 
     monkeypatch.setattr(pipeline, "check_written", rename_one)
     cfg = make_config(max_records_per_file=40)

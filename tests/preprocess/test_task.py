@@ -23,6 +23,8 @@ def test_command_maps_every_parameter():
         validation_fraction=0.2,
         manual_dir="/src",
         beam_args="--runner=DataflowRunner --project=p",
+        train_split="train[:90%]",
+        eval_split="train[90%:]",
     )
     command = task.command()
     assert command[:3] == [sys.executable, "-m", "preprocess"]
@@ -35,7 +37,10 @@ def test_command_maps_every_parameter():
         data_dir=".cache/tensorflow_datasets",
         manual_dir="/src",
         beam_args="--runner=DataflowRunner --project=p",
+        train_split="train[:90%]",
+        eval_split="train[90%:]",
     )
+    assert "--train_split=train[:90%]" in command and "--eval_split=train[90%:]" in command
     assert "--validation_fraction=0.2" in command and "--manual_dir=/src" in command
     assert command[-2:] == ["--runner=DataflowRunner", "--project=p"]
     assert task.output().path == "gs://bucket/runs/2026-01-31/data/manifest.json"
@@ -44,7 +49,9 @@ def test_command_maps_every_parameter():
 def test_stage_parses_the_command():
     from preprocess import config
 
-    args = preprocess_args("runs", "2026-01-31", "mnist", 4, 0.25, "/tfds", seed="7")
+    args = preprocess_args(
+        "runs", "2026-01-31", "mnist", 4, 0.25, "/tfds", seed="7", eval_split="test[:50%]"
+    )
     parser = argparse.ArgumentParser(allow_abbrev=False)
     config.add_arguments(parser)
     known, beam_args = parser.parse_known_args(args[1:] + ["--runner=DirectRunner"])
@@ -55,6 +62,7 @@ def test_stage_parses_the_command():
         0.25,
         "7",
     )
+    assert (cfg.train_split, cfg.eval_split, cfg.resize) == ("train", "test[:50%]", "")
     assert beam_args == ["--runner=DirectRunner"]
 
 
