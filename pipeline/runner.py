@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import logging
 import os
 import shlex
@@ -35,7 +34,7 @@ from typing import Any
 import luigi
 import tensorflow as tf
 
-from contract import run_lock, storage
+from contract import processes, run_lock, storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
@@ -132,7 +131,7 @@ def _run_logged(
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,  # its own process group, ended as one
-        preexec_fn=_term_with_parent,
+        preexec_fn=processes.signal_when_parent_dies(signal.SIGTERM),
         pass_fds=run_lock.held_fds(),  # the stage's tree holds the date's lock too
     )
     reaper, reaper_pipe = _start_group_reaper(process.pid, container_name)
@@ -180,11 +179,6 @@ def report_progress(task: luigi.Task, progress: dict[str, Any]) -> None:
             f"{k} {v:.4f}" for k, v in progress.items() if k not in ("epoch", "epochs")
         )
         task.set_status_message(f"epoch {progress['epoch']}/{progress['epochs']}: {values}")
-
-
-def _term_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _start_group_reaper(group: int, container_name: str) -> tuple[subprocess.Popen[bytes], int]:

@@ -16,13 +16,13 @@ when the launcher dies (parent-death signal), which they forward to their contai
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import signal
 import subprocess
 import uuid
 
+from contract import processes
 from contract.containers import (
     LABEL,
     ContainerError,
@@ -42,12 +42,6 @@ REAPER_SCRIPT = (
     '[ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1; '
     'docker network rm "$2" >/dev/null 2>&1; exit 0'
 )
-
-
-def _term_with_parent() -> None:
-    # The docker client forwards SIGTERM to its container (sig-proxy): stops the worker.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class DockerWorkerBackend:
@@ -147,7 +141,8 @@ class DockerWorkerBackend:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_term_with_parent,
+                # The client forwards SIGTERM to its container (sig-proxy): stops the worker.
+                preexec_fn=processes.signal_when_parent_dies(signal.SIGTERM),
             )
 
     def poll(self, worker_index: int) -> int | None:

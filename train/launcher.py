@@ -8,7 +8,6 @@ by `python -m train launch --backend`; the restart logic is the same for both.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import re
@@ -20,7 +19,7 @@ import threading
 import time
 from typing import IO, Protocol
 
-from contract import layout, manifest, run_lock, storage
+from contract import layout, manifest, processes, run_lock, storage
 from contract.messages import (
     ERROR_PREFIX,
     EXIT_BAD_INPUT,
@@ -67,12 +66,6 @@ class WorkerBackend(Protocol):
         ...
 
 
-def _die_with_parent() -> None:
-    # A worker outliving a SIGKILLed launcher would hold its port and block a rerun.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class LocalProcessBackend:
     """Workers as local processes on loopback ports, each logging to its own file."""
 
@@ -112,7 +105,8 @@ class LocalProcessBackend:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
+                # A worker outliving a SIGKILLed launcher would hold its port, blocking a rerun.
+                preexec_fn=processes.signal_when_parent_dies(signal.SIGKILL),
                 pass_fds=run_lock.held_fds(),  # the date stays locked until every worker is gone
             )
 
