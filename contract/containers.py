@@ -4,13 +4,16 @@ Shared by the pipeline (a stage in one `docker run`) and the train launcher (one
 worker), so both keep the same conventions: each mount appears at the same absolute path inside
 and outside, the working folder is kept, so every path in the arguments and manifests means the
 same file. Containers run as the invoking uid:gid or, when that is root, as the image's non-root
-user with the mounts handed to it (chown) so that it can write there.
+user with the mounts handed to it (chown, never through a symbolic link) so that it can
+write there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import stat
 import subprocess
 import time
 
@@ -69,7 +72,9 @@ class ContainerSettings:
         """As root, gives `path` and its parents inside a writable mount to the containers' user.
 
         For folders created after `prepare_volumes` (the train launcher's log folder creates
-        the train folder too), so the containers can still write beside them.
+        the train folder too), so the containers can still write beside them. A symbolic link
+        on the way down from the mount (a container may have planted one) ends the walk: what
+        it leads to is not the run's.
         """
         uid, _, gid = self.resolved_user().partition(":")
         if os.getuid() != 0 or not uid.isdigit():
@@ -78,11 +83,8 @@ class ContainerSettings:
         for mount, read_only in self.volumes():
             if read_only or os.path.commonpath([mount, path]) != mount:
                 continue
-            while True:
-                os.chown(path, int(uid), int(gid or uid))
-                if path == mount:
-                    break
-                path = os.path.dirname(path)
+            parts = os.path.relpath(path, mount).split(os.sep) if path != mount else []
+            _chown_folders(os.path.realpath(mount), parts, int(uid), int(gid or uid))
             return
 
     def run_args(self, name: str, labels: dict[str, str], env: dict[str, str]) -> list[str]:
@@ -100,11 +102,40 @@ class ContainerSettings:
 
 
 def _chown_tree(path: str, uid: int, gid: int) -> None:
-    for root, dirs, files in os.walk(path):
-        for name in [root, *(os.path.join(root, d) for d in dirs)]:
-            os.chown(name, uid, gid)
+    """Gives every folder and file under `path` to uid:gid, never following a symbolic link.
+
+    A link inside a mount may have been planted by a container (which writes there as another
+    user): following it would hand whatever it names on the host to that user. The walk goes
+    by folder descriptors (`os.fwalk`), so a folder swapped for a link while it runs is not
+    followed either; links themselves are left as they are.
+    """
+    for _, _, files, root_fd in os.fwalk(os.path.realpath(path), follow_symlinks=False):
+        os.chown(root_fd, uid, gid)  # each folder as it is entered: links to folders are not
         for name in files:
-            os.lchown(os.path.join(root, name), uid, gid)
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISLNK(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode):
+                    os.chown(name, uid, gid, dir_fd=root_fd, follow_symlinks=False)
+
+
+def _chown_folders(top: str, parts: list[str], uid: int, gid: int) -> None:
+    """Gives `top` and each folder of `parts` below it, in turn, to uid:gid.
+
+    Each folder is opened from its parent's descriptor without following links, so a link
+    anywhere on the way (or a folder swapped for one meanwhile) ends the walk there.
+    """
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chown(fd, uid, gid)
+        for part in parts:
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:  # a link (ELOOP), not a folder (ENOTDIR) or not there (ENOENT)
+                return
+            os.close(fd)
+            fd = child
+            os.chown(fd, uid, gid)
+    finally:
+        os.close(fd)
 
 
 def require_docker(what: str, way_out: str) -> None:

@@ -66,6 +66,48 @@ def test_prepare_volumes_creates_writable_mounts(tmp_path):
     assert (tmp_path / "runs").is_dir()
 
 
+@pytest.fixture
+def planted_links(tmp_path):
+    """A runs folder holding links (as a container could plant) to a folder and a file outside
+    it, both owned by a uid that is neither root's nor the image user's."""
+    if os.getuid() != 0:
+        pytest.skip("handing mounts over (chown) happens only when run as root")
+    outside = tmp_path / "outside"
+    (outside / "train" / "logs").mkdir(parents=True)
+    (outside / "secret").write_text("x")
+    for path in (outside, outside / "train", outside / "train" / "logs", outside / "secret"):
+        os.chown(path, 4242, 4242)
+    run = tmp_path / "runs" / "2026-01-31"
+    (run / "train").mkdir(parents=True)
+    (run / "train" / "history.json").write_text("{}")
+    (run / "to-folder").symlink_to(outside)
+    (run / "to-file").symlink_to(outside / "secret")
+    (tmp_path / "runs" / "2026-02-01").symlink_to(outside)
+    return outside
+
+
+def _owners(outside) -> set[int]:
+    return {p.stat().st_uid for p in [outside, *outside.rglob("*")]}
+
+
+def test_prepare_volumes_never_follows_a_link_out_of_the_mount(tmp_path, planted_links):
+    settings(tmp_path, mounts=("runs",)).prepare_volumes()
+    assert _owners(planted_links) == {4242}
+    run = tmp_path / "runs" / "2026-01-31"
+    assert (run / "train" / "history.json").stat().st_uid == 1000  # the run's own files are
+    assert (run / "train").stat().st_uid == 1000 and run.stat().st_uid == 1000  # handed over
+    assert (run / "to-folder").lstat().st_uid == 0  # the link itself is left as it is
+
+
+def test_hand_over_stops_at_a_link_on_the_way_down(tmp_path, planted_links):
+    ours = tmp_path / "runs" / "2026-01-31" / "train"
+    container = settings(tmp_path, mounts=("runs",))
+    container.hand_over(str(tmp_path / "runs" / "2026-02-01" / "train" / "logs"))
+    container.hand_over(str(ours))
+    assert _owners(planted_links) == {4242}
+    assert ours.stat().st_uid == 1000 and (tmp_path / "runs").stat().st_uid == 1000
+
+
 def test_prepare_volumes_names_a_missing_read_only_mount(tmp_path):
     with pytest.raises(ContainerError, match=r"read-only mount .*sources does not exist"):
         settings(tmp_path).prepare_volumes()
