@@ -9,8 +9,9 @@ import sys
 from contract import layout, run_lock
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
-from evaluate.config import EvaluateConfig
+from evaluate.config import DEFAULT_MODEL_NAME, EvaluateConfig
 from evaluate.data import EvalSplitError
+from evaluate.serving import ExportBaseError, ExportError
 from evaluate.stage import TrainOutputError, run
 
 logger = logging.getLogger("evaluate")
@@ -34,7 +35,26 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
         "--max-regression",
         type=float,
         default=None,
-        help="largest accuracy drop against the last blessed run (fraction: 0.01 = one point)",
+        help="largest accuracy drop against the last blessed model scored on this run's eval "
+        "set (0.01 = one point)",
+    )
+    parser.add_argument(
+        "--max-relative-regression",
+        type=float,
+        default=None,
+        help="largest accuracy drop against that baseline as a fraction of its accuracy "
+        "(0.01 = 1%% of it)",
+    )
+    parser.add_argument(
+        "--export-base",
+        default=None,
+        help="where blessed models are pushed for TF Serving, as "
+        "<export-base>/<model-name>/<YYYYMMDD>/ (default <output-root>/serving)",
+    )
+    parser.add_argument(
+        "--model-name",
+        default=DEFAULT_MODEL_NAME,
+        help="the served model's name, a folder under the export base",
     )
     args = parser.parse_args(argv)
     # EvaluateConfig checks the ranges (batch size >= 1, fractions in [0, 1]); main turns
@@ -46,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
         batch_size=args.batch_size,
         min_accuracy=args.min_accuracy,
         max_regression=args.max_regression,
+        max_relative_regression=args.max_relative_regression,
+        export_base=args.export_base,
+        model_name=args.model_name,
     )
 
 
@@ -61,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_lock.hold_for_process(layout.run_dir(config.output_root, config.date))
         metrics = run(config)
+    except ExportBaseError as e:
+        print(error_line(str(e)), file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (
+        ExportError,
         ManifestError,
         EvalSplitError,
         TrainOutputError,
@@ -72,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     print(
         f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
-        f"blessed {metrics['blessed']}"
+        f"blessed {metrics['blessed']}, pushed {metrics['push']['pushed']}"
     )
     return 0
 

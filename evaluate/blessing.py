@@ -1,94 +1,212 @@
-"""Blessing: is this model good enough to serve, judged against thresholds and the last blessed run.
+"""Blessing: is this model good enough to serve, judged on value and change thresholds.
 
-The last blessed run is whatever `<output_root>/latest.json` points at ("last night's model").
-Only a blessed run moves that pointer (`contract.pointer.write`, write-temp-then-rename), so a
-reader sees either the old pointer or the new one.
+As TFX's Evaluator does, the candidate is judged against the last blessed model (the one
+`<output_root>/latest.json` names) scored on the *same* eval set as the candidate, this run's:
+a value threshold (min_accuracy) and two change thresholds against that baseline score, one
+absolute (max_regression: the accuracy may drop at most this much) and one relative
+(max_relative_regression: at most this fraction of the baseline's accuracy). When the baseline
+cannot be scored any more (another input shape, a missing or altered file, a failed load), the
+change thresholds are skipped, the candidate is judged on the value threshold alone and the
+verdict says so (`baseline.scored` false, `fallback` true).
+
+The verdict (blessing.json) is written every time and lists each threshold's value, limit and
+pass/fail. Only a blessed run moves the pointer (`contract.pointer.write`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
+
+# Accuracies are ratios of counts: a drop of exactly the allowed amount must pass even when
+# float subtraction lands a hair below the limit (0.89 - 0.90 < -0.01 in binary).
+_ROUNDING = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """What a candidate must reach; None skips a threshold.
+
+    Attributes:
+        min_accuracy: accuracy (0-1) the candidate needs (a value threshold).
+        max_regression: largest accuracy drop against the baseline, in accuracy (0.01 is one
+            percentage point): an absolute change threshold.
+        max_relative_regression: largest accuracy drop against the baseline as a fraction of
+            the baseline's accuracy (0.01 is 1 % of it): a relative change threshold.
+    """
+
+    min_accuracy: float | None = None
+    max_regression: float | None = None
+    max_relative_regression: float | None = None
+
+    @property
+    def has_change_thresholds(self) -> bool:
+        return self.max_regression is not None or self.max_relative_regression is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The last blessed model, scored (or not) on this run's eval set.
+
+    Attributes:
+        pointer: the `latest` pointer naming it.
+        accuracy: its accuracy on this run's eval set, or None when it could not be scored.
+        loss: its loss there, or None.
+        unscored_reason: why it could not be scored (None when it was).
+    """
+
+    pointer: dict[str, Any]
+    accuracy: float | None = None
+    loss: float | None = None
+    unscored_reason: str | None = None
+
+    @property
+    def date(self) -> str:
+        return str(self.pointer.get("date", "?"))
+
+    def document(self) -> dict[str, Any]:
+        """The baseline as the verdict records it."""
+        recorded = self.pointer.get("accuracy")
+        return {
+            "date": self.date,
+            "model_path": self.pointer.get("model_path"),
+            "model_sha256": self.pointer.get("model_sha256"),
+            "scored": self.accuracy is not None,
+            "accuracy": self.accuracy,
+            "loss": self.loss,
+            "unscored_reason": self.unscored_reason,
+            # What it scored on its own night's eval set, for reference only.
+            "recorded_accuracy": None if recorded is None else float(recorded),
+            "pointer": self.pointer,
+        }
+
+
+def _change_checks(
+    accuracy: float, baseline: Baseline, thresholds: Thresholds
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The change thresholds' checks and reasons against a scored baseline."""
+    assert baseline.accuracy is not None
+    base = baseline.accuracy
+    change = accuracy - base
+    against = (
+        f"accuracy {accuracy:.4f} against {base:.4f} of the last blessed model "
+        f"({baseline.date}) on this run's eval set"
+    )
+    checks: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    common = {"kind": "change", "metric": "accuracy", "candidate": accuracy, "baseline": base}
+    if thresholds.max_regression is None:
+        reasons.append("no absolute change threshold set (max_regression)")
+    else:
+        limit = -thresholds.max_regression
+        passed = change >= limit - _ROUNDING
+        checks.append(
+            {"name": "max_regression", "value": change, "limit": limit, "passed": passed} | common
+        )
+        verb = "is within" if passed else "drops more than"
+        reasons.append(
+            f"{against}: change {change:+.4f} {verb} max_regression {thresholds.max_regression:.4f}"
+        )
+    if thresholds.max_relative_regression is None:
+        reasons.append("no relative change threshold set (max_relative_regression)")
+    elif base == 0.0:
+        reasons.append(
+            "the last blessed model scores 0 on this run's eval set: no relative change to "
+            "check (max_relative_regression)"
+        )
+    else:
+        relative = change / base
+        limit = -thresholds.max_relative_regression
+        passed = relative >= limit - _ROUNDING
+        checks.append(
+            {"name": "max_relative_regression", "value": relative, "limit": limit, "passed": passed}
+            | common
+        )
+        verb = "is within" if passed else "drops more than"
+        reasons.append(
+            f"{against}: relative change {relative:+.2%} {verb} max_relative_regression "
+            f"{thresholds.max_relative_regression:.2%}"
+        )
+    return checks, reasons
 
 
 def decide(
     *,
     date: str,
-    dataset: str,
     accuracy: float,
-    min_accuracy: float | None,
-    max_regression: float | None,
-    baseline: dict[str, Any] | None,
+    thresholds: Thresholds,
+    baseline: Baseline | None,
 ) -> dict[str, Any]:
     """Decides whether a run is blessed and says why.
 
     Args:
         date: this run's date.
-        dataset: this run's dataset name; a baseline on another dataset is not comparable.
-        accuracy: this run's eval accuracy.
-        min_accuracy: absolute threshold, or None for none.
-        max_regression: allowed accuracy drop against the baseline (fraction), or None.
-        baseline: the current `latest` pointer, or None.
+        accuracy: the candidate's accuracy on this run's eval set.
+        thresholds: the value and change thresholds.
+        baseline: the last blessed model scored on the same eval set, or None when no blessed
+            run exists yet.
 
     Returns:
-        The blessing document: `blessed`, the `checks` made, plain-language `reasons`, the
-        baseline used and whether the pointer should move to this run.
+        The verdict: `blessed`; `checks`, one per threshold applied, each with `value`,
+        `limit` and `passed`; plain-language `reasons`; the `candidate` and `baseline`
+        accuracies; `fallback` (change thresholds were set but the baseline could not be
+        scored); and whether the pointer should move to this run.
     """
     checks: list[dict[str, Any]] = []
     reasons: list[str] = []
 
-    if min_accuracy is None:
-        reasons.append("no absolute threshold set (min_accuracy)")
+    if thresholds.min_accuracy is None:
+        reasons.append("no value threshold set (min_accuracy)")
     else:
-        passed = accuracy >= min_accuracy
-        checks.append(
-            {"name": "min_accuracy", "passed": passed, "value": accuracy, "threshold": min_accuracy}
-        )
-        verb = "meets" if passed else "is below"
-        reasons.append(f"accuracy {accuracy:.4f} {verb} min_accuracy {min_accuracy:.4f}")
-
-    if baseline is None:
-        reasons.append("no earlier blessed run to compare with (first blessing)")
-    elif baseline.get("dataset") != dataset:
-        reasons.append(
-            f"the last blessed run ({baseline.get('date')}) used dataset "
-            f"{baseline.get('dataset')!r}, not {dataset!r}: not compared"
-        )
-    elif max_regression is None:
-        reasons.append("no regression limit set (max_regression)")
-    else:
-        floor = float(baseline["accuracy"]) - max_regression
-        passed = accuracy >= floor
+        passed = accuracy >= thresholds.min_accuracy
         checks.append(
             {
-                "name": "max_regression",
-                "passed": passed,
+                "name": "min_accuracy",
+                "kind": "value",
+                "metric": "accuracy",
                 "value": accuracy,
-                "baseline_accuracy": float(baseline["accuracy"]),
-                "baseline_date": baseline["date"],
-                "max_regression": max_regression,
-                "threshold": floor,
+                "limit": thresholds.min_accuracy,
+                "passed": passed,
             }
         )
-        verb = "within" if passed else "more than"
+        verb = "meets" if passed else "is below"
+        reasons.append(f"accuracy {accuracy:.4f} {verb} min_accuracy {thresholds.min_accuracy:.4f}")
+
+    fallback = False
+    if baseline is None:
+        reasons.append("no earlier blessed run to compare with (first blessing)")
+    elif baseline.accuracy is None:
+        fallback = thresholds.has_change_thresholds
         reasons.append(
-            f"accuracy {accuracy:.4f} is {verb} {max_regression:.4f} below the last blessed run "
-            f"({baseline['date']}: {float(baseline['accuracy']):.4f})"
+            f"the last blessed model ({baseline.date}) could not be scored on this run's eval "
+            f"set: {baseline.unscored_reason}; judged on the value threshold only"
         )
+    elif not thresholds.has_change_thresholds:
+        reasons.append(
+            f"no change thresholds set (max_regression, max_relative_regression); the last "
+            f"blessed model ({baseline.date}) scores {baseline.accuracy:.4f} on this run's eval set"
+        )
+    else:
+        change_checks, change_reasons = _change_checks(accuracy, baseline, thresholds)
+        checks += change_checks
+        reasons += change_reasons
 
     blessed = all(c["passed"] for c in checks)
     move_pointer = blessed
-    if blessed and baseline is not None and str(baseline.get("date", "")) > date:
+    if blessed and baseline is not None and baseline.date > date:
         move_pointer = False
         reasons.append(
-            f"blessed, but the latest pointer stays on the newer run {baseline['date']} "
+            f"blessed, but the latest pointer stays on the newer run {baseline.date} "
             "(this is a backfill of an older date)"
         )
     return {
         "blessed": blessed,
         "checks": checks,
         "reasons": reasons,
-        "baseline": baseline,
+        "candidate": {"date": date, "accuracy": accuracy},
+        "baseline": None if baseline is None else baseline.document(),
+        "fallback": fallback,
         "moves_latest_pointer": move_pointer,
         "decided_utc": datetime.datetime.now(datetime.UTC).isoformat(),
     }

@@ -7,9 +7,70 @@ from typing import Any
 CONFUSION_MATRIX_PNG = "confusion_matrix.png"
 TRAINING_CURVES_PNG = "training_curves.png"
 REPORT_FILE = "report.md"
+# What went to serving (evaluate.serving), written every time, pushed or not.
+PUSH_FILE = "push.json"
 
 
-def render(metrics: dict[str, Any], blessing: dict[str, Any]) -> str:
+def check_rows(blessing: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(threshold, value, limit, result) of each check the verdict made, as text."""
+    rows = []
+    for check in blessing.get("checks", []):
+        relative = check["name"] == "max_relative_regression"
+        fmt = "{:+.2%}" if relative else ("{:+.4f}" if check.get("kind") == "change" else "{:.4f}")
+        rows.append(
+            (
+                str(check["name"]),
+                fmt.format(check["value"]),
+                (">= " + fmt).format(check["limit"]),
+                "pass" if check["passed"] else "FAIL",
+            )
+        )
+    return rows
+
+
+def baseline_line(blessing: dict[str, Any]) -> str:
+    """One sentence on the candidate against the last blessed model on the same eval set."""
+    base = blessing.get("baseline")
+    candidate = blessing.get("candidate", {}).get("accuracy")
+    if not base:
+        return "No earlier blessed model: nothing to compare with."
+    if not base.get("scored"):
+        return (
+            f"The last blessed model ({base['date']}) could not be scored on this eval set "
+            f"({base.get('unscored_reason')}): judged on the value threshold only."
+        )
+    return (
+        f"On this eval set: candidate accuracy {candidate:.4f}, last blessed model "
+        f"({base['date']}) {base['accuracy']:.4f}."
+    )
+
+
+def push_line(push: dict[str, Any]) -> str:
+    """One sentence on what went to serving."""
+    if not push.get("pushed"):
+        return f"Not pushed: {push.get('reason', push.get('status'))}."
+    verification = push.get("verification") or {}
+    server = verification.get("model_server") or {}
+    checked = (
+        f"loaded back and checked on {verification['examples']} eval examples through both "
+        f"signatures (within {verification['tolerance']:g} of the Keras model)"
+        if verification
+        else "checked when it was first pushed"
+    )
+    served = (
+        "; tensorflow_model_server loaded and answered it too"
+        if server.get("ran")
+        else f"; {server['reason']}"
+        if server.get("reason")
+        else ""
+    )
+    return (
+        f"Version {push['version']} of model {push['model_name']} ({push['status']}): "
+        f"`{push['path']}`, signatures {', '.join(push['signatures'])}; {checked}{served}."
+    )
+
+
+def render(metrics: dict[str, Any], blessing: dict[str, Any], push: dict[str, Any]) -> str:
     """Renders the Markdown report of one evaluation."""
     model = metrics["model"]
     dataset = metrics["dataset"]
@@ -32,7 +93,17 @@ def render(metrics: dict[str, Any], blessing: dict[str, Any]) -> str:
         "",
         f"## Blessing: {verdict}",
         "",
+        baseline_line(blessing),
+        "",
+        "| threshold | value | limit | result |",
+        "|---|---|---|---|",
+        *[f"| {' | '.join(row)} |" for row in check_rows(blessing)],
+        "",
         *[f"- {reason}" for reason in blessing["reasons"]],
+        "",
+        "## Serving",
+        "",
+        push_line(push),
         "",
         "## Per class",
         "",

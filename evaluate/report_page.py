@@ -42,9 +42,16 @@ split <code>$split</code> ($num_examples examples, read once in full).</p>
 $metric_rows
 </table>
 <h2>Blessing: <span class="$verdict_class">$verdict</span></h2>
+<p id="baseline">$baseline</p>
+<table id="checks">
+<tr><th>threshold</th><th>value</th><th>limit</th><th>result</th></tr>
+$check_rows
+</table>
 <ul id="reasons">
 $reasons
 </ul>
+<h2>Serving</h2>
+<p id="push">$push</p>
 <h2>Per class</h2>
 <table id="per-class">
 <tr><th>class</th><th>precision</th><th>recall</th><th>F1</th><th>support</th></tr>
@@ -70,12 +77,18 @@ def _cells(values: list[str]) -> str:
     return "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>"
 
 
-def render(metrics: dict[str, Any], blessing: dict[str, Any], pictures: dict[str, bytes]) -> str:
+def render(
+    metrics: dict[str, Any],
+    blessing: dict[str, Any],
+    push: dict[str, Any],
+    pictures: dict[str, bytes],
+) -> str:
     """Renders one evaluation as a self-contained HTML page.
 
     Args:
         metrics: the metrics document (as written to metrics.json).
         blessing: the blessing document (as written to blessing.json).
+        push: the push document (as written to push.json).
         pictures: PNG bytes by file name (report.CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG).
 
     Returns:
@@ -104,6 +117,9 @@ def render(metrics: dict[str, Any], blessing: dict[str, Any], pictures: dict[str
         metric_rows="\n".join(_cells([name, f"{value:.4f}"]) for name, value in metric_rows),
         verdict_class="blessed" if blessed else "not-blessed",
         verdict="blessed" if blessed else "not blessed",
+        baseline=html.escape(report.baseline_line(blessing)),
+        check_rows="\n".join(_cells(list(row)) for row in report.check_rows(blessing)),
+        push=html.escape(report.push_line(push)),
         reasons="\n".join(f"<li>{html.escape(r)}</li>" for r in blessing["reasons"]),
         class_rows="\n".join(
             _cells(

@@ -1,9 +1,12 @@
 """`run(config)`: evaluate the chief's final model on the whole eval split and bless it or not.
 
-Writes into `<output_root>/<date>/evaluate/`: the pictures, report.md, report.html,
-blessing.json and, last and atomically, metrics.json (the stage's completion marker). A blessed
-run also moves the `<output_root>/latest.json` pointer to its model. Then it rewrites the
-nightly trend page, `<output_root>/index.html` (evaluate.trend).
+The last blessed model (the one `<output_root>/latest.json` names) is scored on the same eval
+split as the candidate, and the verdict weighs both (evaluate.blessing). Writes into
+`<output_root>/<date>/evaluate/`: the pictures, blessing.json (the verdict, every time),
+push.json, report.md, report.html and, last and atomically, metrics.json (the stage's
+completion marker). A blessed run is pushed to serving as a SavedModel
+(`<export_base>/<model_name>/<YYYYMMDD>/`, evaluate.serving) and moves the latest pointer to
+its model. Then it rewrites the nightly trend page, `<output_root>/index.html` (evaluate.trend).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, layout, manifest, pointer
-from evaluate import blessing, data, plots, report, report_page, scoring, trend
+from evaluate import baseline, blessing, data, plots, report, report_page, scoring, serving, trend
 from evaluate.config import EvaluateConfig
 
 logger = logging.getLogger(__name__)
+
+# Eval records an export is checked on before it is pushed (the first ones of the split).
+VERIFY_EXAMPLES = 256
 
 # What the metrics keep of the train stage's history.json (the curves go into the picture).
 TRAINING_SUMMARY_KEYS = (
@@ -63,14 +69,15 @@ def load_model(path: str) -> tf_keras.Model:
     return tf_keras.models.load_model(path, compile=False)
 
 
-def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any]:
-    """Scores the model on the whole eval split and checks the example count.
+def score_model(
+    config: EvaluateConfig, doc: dict[str, Any], model: tf_keras.Model
+) -> dict[str, Any]:
+    """Scores `model` on the whole eval split and checks the example count.
 
     Raises:
         data.EvalSplitError: fewer or more examples were read than the manifest declares.
     """
     expected = data.expected_eval_count(doc)
-    model = load_model(config.model_path)
     started = time.perf_counter()
     labels, probabilities = scoring.predict_split(
         model, data.eval_dataset(config.data_dir, doc, config.batch_size)
@@ -92,40 +99,98 @@ def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any
     return metrics
 
 
-def _comparable_baseline(
-    config: EvaluateConfig, current: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """The pointer as the comparison baseline, or None when its evaluation is unfinished.
+def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any]:
+    """Scores the run's model (`config.model_path`) on the whole eval split."""
+    return score_model(config, doc, load_model(config.model_path))
+
+
+def _baseline(
+    config: EvaluateConfig, doc: dict[str, Any], current: dict[str, Any] | None
+) -> blessing.Baseline | None:
+    """The pointer's model scored on this run's eval set, or None when there is no baseline.
 
     A pointer naming a date without metrics.json is left by an evaluation that crashed after
     moving it: that date is not a baseline (and for its own rerun, not its own baseline).
     """
     if current is None or not pointer.is_complete(config.output_root, current):
         return None
-    return current
+    return baseline.score(
+        config.output_root,
+        current,
+        dataset=config.dataset,
+        image_shape=list(doc["image_shape"]),
+        scorer=lambda model: score_model(config, doc, model),
+    )
 
 
-def _write_verdict(
+def _verification_examples(config: EvaluateConfig, doc: dict[str, Any]) -> list[bytes]:
+    """The first eval records, serialised, to check an export on."""
+    paths = manifest.split_paths(config.data_dir, doc, layout.EVAL_SPLIT)
+    records = tf.data.TFRecordDataset(paths).take(VERIFY_EXAMPLES)
+    return [bytes(r.numpy()) for r in records]
+
+
+def _push(
+    config: EvaluateConfig,
+    doc: dict[str, Any],
+    model: tf_keras.Model,
+    metrics: dict[str, Any],
+    verdict: dict[str, Any],
+) -> dict[str, Any]:
+    """Pushes a blessed model to serving; the push document (push.json) either way.
+
+    Raises:
+        serving.ExportError: the export failed its checks or its version holds another model.
+    """
+    version = serving.version_for_date(config.date)
+    path = layout.join(config.serving_base, config.model_name, str(version))
+    if not verdict["blessed"]:
+        return {
+            "pushed": False,
+            "status": "not blessed",
+            "reason": "only a blessed model is pushed to serving",
+            "path": path,
+            "version": version,
+            "model_name": config.model_name,
+            "export_base": config.serving_base,
+        }
+    return serving.push(
+        serving.PushRequest(
+            model=model,
+            model_sha256=metrics["model"]["sha256"],
+            export_base=config.serving_base,
+            model_name=config.model_name,
+            date=config.date,
+            image_shape=list(doc["image_shape"]),
+            class_names=list(doc["class_names"]),
+            serialized_examples=_verification_examples(config, doc),
+        )
+    )
+
+
+def _write_report(
     config: EvaluateConfig,
     metrics: dict[str, Any],
     verdict: dict[str, Any],
+    push: dict[str, Any],
     pictures: dict[str, bytes],
 ) -> None:
-    """Writes report.md, report.html (`pictures`, PNG bytes by file name, embedded) and
-    blessing.json for this verdict."""
+    """Writes push.json, report.md and report.html (`pictures`, PNG bytes by file name,
+    embedded) for this verdict and push."""
     out = config.evaluate_dir
+    atomic.write_json_atomic(layout.join(out, report.PUSH_FILE), push)
     atomic.write_bytes_atomic(
-        layout.join(out, report.REPORT_FILE), report.render(metrics, verdict).encode()
+        layout.join(out, report.REPORT_FILE), report.render(metrics, verdict, push).encode()
     )
     atomic.write_bytes_atomic(
         layout.join(out, report_page.REPORT_HTML_FILE),
-        report_page.render(metrics, verdict, pictures).encode(),
+        report_page.render(metrics, verdict, push, pictures).encode(),
     )
-    atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
 
 
 def run(config: EvaluateConfig) -> dict[str, Any]:
-    """Evaluates one run's model, writes the report and blessing, and moves `latest` if blessed.
+    """Evaluates one run's model against the last blessed one, pushes it and moves `latest`
+    if blessed.
 
     Returns:
         The metrics document, as written to metrics.json.
@@ -134,8 +199,11 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         manifest.ManifestError: the eval split does not match its manifest.
         data.EvalSplitError: the eval split's size is not what the manifest declares.
         TrainOutputError: the train stage's model or history is missing.
+        serving.ExportError: the export base is a file, the export does not predict what the
+            model predicts, or its version holds another model.
         ValueError: the manifest names another dataset than `config.dataset`.
     """
+    serving.check_export_base(config.serving_base)
     doc = manifest.verify(config.data_dir, split=layout.EVAL_SPLIT)
     if doc["dataset"]["name"] != config.dataset:
         raise ValueError(
@@ -143,7 +211,8 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             f"not {config.dataset!r}: pass --dataset {doc['dataset']['name']} or rerun preprocess"
         )
     history = read_history(config.history_path)
-    metrics = evaluate_split(config, doc)
+    model = load_model(config.model_path)
+    metrics = score_model(config, doc, model)
     metrics.update(
         {
             "date": config.date,
@@ -176,18 +245,18 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             history["history"], layout.join(out, report.TRAINING_CURVES_PNG)
         ),
     }
-    # Reading, deciding and moving the pointer happen under the lock shared with supersede;
+    # Reading the pointer, scoring its model, deciding, pushing and moving the pointer happen
+    # under the lock shared with supersede (so the baseline cannot change under the verdict);
     # metrics.json, the completion marker, is written after the pointer moved (see
-    # contract.pointer for why a crash in between stays consistent).
+    # contract.pointer for why a crash in between stays consistent). A failed push leaves the
+    # verdict written but neither the pointer moved nor metrics.json.
     with pointer.pointer_lock(config.output_root):
         current = pointer.read(config.output_root)
         verdict = blessing.decide(
             date=config.date,
-            dataset=config.dataset,
             accuracy=metrics["accuracy"],
-            min_accuracy=config.min_accuracy,
-            max_regression=config.max_regression,
-            baseline=_comparable_baseline(config, current),
+            thresholds=config.thresholds,
+            baseline=_baseline(config, doc, current),
         )
         if (
             verdict["moves_latest_pointer"]
@@ -201,7 +270,11 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
                 "(its evaluation is not finished yet)"
             )
         metrics["blessed"] = verdict["blessed"]
-        _write_verdict(config, metrics, verdict, pictures)
+        metrics["baseline_accuracy"] = (verdict["baseline"] or {}).get("accuracy")
+        atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
+        push = _push(config, doc, model, metrics, verdict)
+        metrics["push"] = {k: push.get(k) for k in ("pushed", "status", "version", "path")}
+        _write_report(config, metrics, verdict, push, pictures)
         if verdict["moves_latest_pointer"]:
             # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
             pointer.write(

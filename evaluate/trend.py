@@ -38,6 +38,7 @@ _DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LINKS = (
     ("report", report_page.REPORT_HTML_FILE),
     ("metrics", layout.METRICS_FILE),
+    ("verdict", layout.BLESSING_FILE),
     ("confusion matrix", report.CONFUSION_MATRIX_PNG),
     ("training curves", report.TRAINING_CURVES_PNG),
 )
@@ -66,7 +67,8 @@ img { max-width: 100%; }
 <img id="trend" alt="eval accuracy per night, blessed nights marked" src="$trend_png">
 <table id="nights">
 <thead>
-<tr><th>date</th><th>accuracy</th><th>loss</th><th>blessed</th><th>why</th>
+<tr><th>date</th><th>accuracy</th><th>baseline</th><th>loss</th><th>blessed</th><th>why</th>
+<th>pushed</th>
 <th>training time</th><th>epochs</th><th>workers</th><th>files</th></tr>
 </thead>
 <tbody>
@@ -95,6 +97,9 @@ class Night:
         num_workers: training workers, or None.
         links: (label, path relative to the output root) of the night's files.
         latest: whether `latest.json` points at this night.
+        baseline_accuracy: the last blessed model's accuracy on this night's eval set (from
+            blessing.json), or None when there was none or it could not be scored.
+        pushed_version: the serving version pushed that night (push.json), or None.
     """
 
     date: str
@@ -107,6 +112,8 @@ class Night:
     num_workers: int | None
     links: tuple[tuple[str, str], ...]
     latest: bool = False
+    baseline_accuracy: float | None = None
+    pushed_version: int | None = None
 
 
 def _read_optional(path: str) -> dict[str, Any]:
@@ -125,6 +132,8 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
         return None
     metrics = atomic.read_json(metrics_path)
     verdict = _read_optional(layout.join(evaluate_dir, layout.BLESSING_FILE))
+    push = _read_optional(layout.join(evaluate_dir, report.PUSH_FILE))
+    baseline = verdict.get("baseline") or {}
     history = _read_optional(layout.join(layout.train_dir(output_root, date), layout.HISTORY_FILE))
     # What the evaluated model's training was, as metrics.json recorded it; the wall time is
     # only in history.json.
@@ -145,6 +154,8 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
         num_workers=_optional_number(training.get("num_workers"), int),
         links=links,
         latest=layout.join(date, "evaluate", layout.METRICS_FILE) == latest_metrics,
+        baseline_accuracy=_optional_number(baseline.get("accuracy"), float),
+        pushed_version=_optional_number(push.get("version"), int) if push.get("pushed") else None,
     )
 
 
@@ -200,6 +211,10 @@ def _duration(seconds: float | None) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
+def _optional(value: Any, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
 def _row(night: Night) -> str:
     verdict = '<span class="blessed">yes</span>'
     if not night.blessed:
@@ -213,9 +228,11 @@ def _row(night: Night) -> str:
     cells = [
         f"<td>{html.escape(night.date)}</td>",
         f'<td class="number">{night.accuracy:.4f}</td>',
+        f'<td class="number">{_optional(night.baseline_accuracy, "{:.4f}")}</td>',
         f'<td class="number">{night.loss:.4f}</td>',
         f"<td>{verdict}</td>",
         f"<td><ul>{reasons}</ul></td>",
+        f'<td class="number">{_optional(night.pushed_version, "{}")}</td>',
         f'<td class="number">{_duration(night.training_seconds)}</td>',
         f'<td class="number">{"?" if night.epochs is None else night.epochs}</td>',
         f'<td class="number">{"?" if night.num_workers is None else night.num_workers}</td>',

@@ -29,7 +29,24 @@ class Evaluate(RunTask):
     max_regression = luigi.OptionalFloatParameter(
         default=None,
         description="Largest accuracy drop (0-1; 0.01 = one point) allowed against the last "
-        "blessed run (<output_root>/latest.json); empty for no comparison.",
+        "blessed model (<output_root>/latest.json) scored on this run's eval set; empty for no "
+        "absolute change threshold.",
+    )
+    max_relative_regression = luigi.OptionalFloatParameter(
+        default=None,
+        description="Largest accuracy drop against that baseline as a fraction of its accuracy "
+        "(0-1; 0.01 = 1 % of it); empty for no relative change threshold.",
+    )
+    export_base = luigi.OptionalParameter(
+        default=None,
+        description="Where blessed models are pushed as TF Serving SavedModels, "
+        "<export_base>/<model_name>/<YYYYMMDD>/ (local path or gs:// URL); empty for "
+        "<output_root>/serving.",
+    )
+    model_name = luigi.Parameter(
+        default="nightly",
+        description="The served model's name: the folder under export_base that TF Serving's "
+        "--model_base_path names.",
     )
 
     def requires(self) -> luigi.Task:
@@ -59,6 +76,11 @@ class Evaluate(RunTask):
             args += ["--min-accuracy", repr(self.min_accuracy)]
         if self.max_regression is not None:
             args += ["--max-regression", repr(self.max_regression)]
+        if self.max_relative_regression is not None:
+            args += ["--max-relative-regression", repr(self.max_relative_regression)]
+        if self.export_base:
+            args += ["--export-base", self.export_base]
+        args += ["--model-name", self.model_name]
         return args
 
     def run(self) -> None:

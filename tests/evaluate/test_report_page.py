@@ -42,9 +42,15 @@ def test_report_page_escapes_text(make_config):
     run(config)
     metrics = atomic.read_json(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
     metrics["per_class"] = {"<T-shirt & top>": next(iter(metrics["per_class"].values()))}
-    verdict = {"blessed": False, "reasons": ["<script>alert(1)</script>"]}
+    verdict = {
+        "blessed": False,
+        "reasons": ["<script>alert(1)</script>"],
+        "baseline": {"date": "<b>", "scored": False, "unscored_reason": "<i>"},
+    }
+    push = {"pushed": False, "status": "not blessed", "reason": "<u>"}
     pictures = {report.CONFUSION_MATRIX_PNG: b"a", report.TRAINING_CURVES_PNG: b"b"}
-    text = report_page.render(metrics, verdict, pictures)
+    text = report_page.render(metrics, verdict, push, pictures)
     assert "<script>" not in text and "<T-shirt" not in text
+    assert "<b>" not in text and "<i>" not in text and "<u>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<td>&lt;T-shirt &amp; top&gt;</td>" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -87,6 +88,7 @@ def test_links_are_relative_and_lead_to_the_nights_files(tmp_path):
     assert hrefs == [
         "2026-01-01/evaluate/report.html",
         "2026-01-01/evaluate/metrics.json",
+        "2026-01-01/evaluate/blessing.json",
         "2026-01-01/evaluate/confusion_matrix.png",
         "2026-01-01/evaluate/training_curves.png",
     ]
@@ -160,6 +162,36 @@ def test_an_unreadable_night_is_left_out_not_fatal(tmp_path, caplog):
 )
 def test_training_time_is_readable(seconds, shown):
     assert trend._duration(seconds) == shown
+
+
+def _cells(text: str, date: str) -> list[str]:
+    """The text of each cell of a night's row."""
+    row = text[text.index(f'<tr id="night-{date}">') :]
+    row = row[: row.index("</tr>")]
+    return [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+
+
+def test_each_night_shows_its_baseline_on_the_same_eval_set_and_its_pushed_version(tmp_path):
+    write_night(tmp_path, "2026-01-01", accuracy=0.8)
+    write_night(tmp_path, "2026-01-02", accuracy=0.85, blessed=False)
+    write_night(tmp_path, "2026-01-03", accuracy=0.9)
+    evaluate = {d: tmp_path / d / "evaluate" for d in ("2026-01-01", "2026-01-02", "2026-01-03")}
+    for date, baseline in (("2026-01-02", 0.87), ("2026-01-03", 0.8125)):
+        path = str(evaluate[date] / layout.BLESSING_FILE)
+        doc = atomic.read_json(path) | {"baseline": {"accuracy": baseline, "scored": True}}
+        atomic.write_json_atomic(path, doc)
+    pushes = {"2026-01-01": True, "2026-01-02": False, "2026-01-03": True}
+    for date, pushed in pushes.items():
+        version = int(date.replace("-", ""))
+        push = {"pushed": pushed, "version": version}
+        atomic.write_json_atomic(str(evaluate[date] / report.PUSH_FILE), push)
+    trend.update_page(str(tmp_path))
+    text = page(tmp_path)
+    headers = re.findall(r"<th>(.*?)</th>", text)
+    assert headers[:7] == ["date", "accuracy", "baseline", "loss", "blessed", "why", "pushed"]
+    rows = {d: _cells(text, d) for d in pushes}
+    assert [rows[d][2] for d in pushes] == ["–", "0.8700", "0.8125"]
+    assert [rows[d][6] for d in pushes] == ["20260101", "–", "20260103"]
 
 
 def test_the_stage_adds_its_night_to_the_page(make_config, run_root):

@@ -88,3 +88,29 @@ def write_trained_run(
     atomic.write_json_atomic(os.path.join(train_dir, layout.TRAIN_CONFIG_FILE), {"epochs": epochs})
     atomic.write_json_atomic(os.path.join(train_dir, layout.HISTORY_FILE), history)
     return {"manifest": doc, "model_path": model_path, "history": history}
+
+
+def write_blessed_model(
+    output_root: str, date: str, model: tf_keras.Model, recorded_accuracy: float
+) -> dict[str, Any]:
+    """Saves `model` as `<date>`'s model and points `latest.json` at it, as a blessing would.
+
+    `recorded_accuracy` is what the pointer says it scored on its own night's eval set.
+
+    Returns:
+        The pointer written.
+    """
+    train_dir = layout.train_dir(output_root, date)
+    os.makedirs(train_dir, exist_ok=True)
+    model_path = os.path.join(train_dir, layout.MODEL_FILE)
+    model.save(model_path)
+    current = {
+        "date": date,
+        "model_path": f"{date}/train/{layout.MODEL_FILE}",
+        "model_sha256": atomic.sha256_file(model_path),
+        "accuracy": recorded_accuracy,
+        "loss": 0.1,
+        "dataset": "fashion_mnist",
+    }
+    atomic.write_json_atomic(os.path.join(output_root, layout.LATEST_POINTER_FILE), current)
+    return current

@@ -1,0 +1,104 @@
+"""Scoring the last blessed model (the `latest` pointer's) on this run's eval set.
+
+Every way it can fail to be scored is named, and the verdict then falls back to the value
+threshold: the pointer names another dataset, its model file is missing or no longer matches
+the sha256 recorded with it, the file does not load, or the model takes another input shape or
+predicts another number of classes than this run's shard set has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from contract import atomic, pointer
+from evaluate.blessing import Baseline
+
+logger = logging.getLogger(__name__)
+
+# Any exception in loading or running a stored model means "cannot be scored any more".
+_Scorer = Callable[[tf_keras.Model], dict[str, Any]]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _shapes_differ(model: tf_keras.Model, image_shape: list[int]) -> bool:
+    input_shape = model.input_shape
+    if isinstance(input_shape, list):  # several inputs: not an image classifier of ours
+        return True
+    dims = list(input_shape[1:])
+    return len(dims) != len(image_shape) or any(
+        d is not None and d != want for d, want in zip(dims, image_shape, strict=True)
+    )
+
+
+def score(
+    output_root: str,
+    current: dict[str, Any],
+    *,
+    dataset: str,
+    image_shape: list[int],
+    scorer: _Scorer,
+) -> Baseline:
+    """Scores the model `current` (the pointer) names with `scorer`, or says why it cannot.
+
+    Args:
+        output_root: the root the pointer's paths are relative to.
+        current: the latest pointer.
+        dataset: this run's dataset name.
+        image_shape: this run's image shape.
+        scorer: scores a loaded model on this run's eval set (the candidate's scorer), giving
+            the metrics document (accuracy, loss, ...).
+
+    Returns:
+        The baseline, with its accuracy and loss, or with the reason it was not scored.
+    """
+
+    def unscored(reason: str) -> Baseline:
+        logger.warning("the last blessed model cannot be scored: %s", reason)
+        return Baseline(pointer=current, unscored_reason=reason)
+
+    if current.get("dataset") not in (None, dataset):
+        return unscored(f"it was trained on dataset {current.get('dataset')!r}, not {dataset!r}")
+    model_path = current.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        return unscored("the latest pointer names no model_path")
+    path = pointer.resolve(output_root, model_path)
+    if not tf.io.gfile.exists(path):
+        return unscored(f"its model file {path} is missing")
+    recorded = current.get("model_sha256")
+    if recorded:
+        found = atomic.sha256_file(path)
+        if found != recorded:
+            return unscored(
+                f"its model file {path} has sha256 {found[:16]}…, not the {str(recorded)[:16]}… "
+                "recorded in the latest pointer"
+            )
+    try:
+        model = tf_keras.models.load_model(path, compile=False)
+    except Exception as e:  # noqa: BLE001 - whatever a stored file throws, it is unusable
+        return unscored(f"its model file {path} does not load ({_first_line(e)})")
+    if _shapes_differ(model, image_shape):
+        shape = model.input_shape if isinstance(model.input_shape, list) else model.input_shape[1:]
+        return unscored(
+            f"it takes inputs of shape {list(shape)}, this run's images are {list(image_shape)}"
+        )
+    try:
+        metrics = scorer(model)
+    except Exception as e:  # noqa: BLE001 - e.g. another class count (scoring.score names it)
+        return unscored(f"scoring it failed ({_first_line(e)})")
+    logger.info(
+        "the last blessed model (%s) scores accuracy %.4f on this run's eval set",
+        current.get("date"),
+        metrics["accuracy"],
+    )
+    return Baseline(
+        pointer=current, accuracy=float(metrics["accuracy"]), loss=float(metrics["loss"])
+    )

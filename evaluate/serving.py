@@ -1,0 +1,385 @@
+"""Pushing a blessed model to serving: a SavedModel in TF Serving's `<base>/<name>/<version>/`.
+
+The export works on any single-input Keras model. It holds two signatures:
+
+- `serving_default` (`SERVING_SIGNATURE`): input `images`, a batch of raw images in the
+  model's own input dtype and shape (float32 pixels 0-255 for the built-in models);
+- `serving_tf_example` (`EXAMPLE_SIGNATURE`): input `examples`, a batch of serialised
+  `tf.train.Example` with the shard set's image feature (contract.records: `image`, the raw
+  uint8 bytes of one HxWxC image; `label` may be there and is ignored), as TFX exports do.
+
+Both return `probabilities` [batch, classes] float32, `class_ids` [batch] int64 (the arg max)
+and `class_names` [batch] string. The version is the run's date as an integer (2026-01-31 ->
+20260131), so a backfilled night sorts below the nights after it and TF Serving, which serves
+the highest version, keeps serving the newest.
+
+A version is written into a hidden temporary folder beside its final place
+(`<name>/.tmp-<version>-<id>/<version>/`, which TF Serving ignores), loaded back with
+`tf.saved_model.load`, called on real eval examples through both signatures (predictions equal
+the Keras model's within `TOLERANCE`), queried through `tensorflow_model_server` when that is on
+PATH, and only then moved into place. `PUSH_MARKER` inside it (`assets.extra/`, where TF
+Serving keeps files that are not the model) is written last and names the Keras model's
+sha256: a version folder without it is an unfinished push and is redone; one naming the same
+model is left as it is (a rerun is a no-op). Locally the move is one rename; on gs://, where a
+folder rename is a copy, the files are copied with `saved_model.pb` and then the marker last,
+so a server polling the folder does not find a loadable model before its variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from contract import atomic, layout, records, storage
+from evaluate import model_server
+
+logger = logging.getLogger(__name__)
+
+SERVING_SIGNATURE = "serving_default"
+EXAMPLE_SIGNATURE = "serving_tf_example"
+IMAGES_INPUT = "images"
+EXAMPLES_INPUT = "examples"
+OUTPUTS = ("probabilities", "class_ids", "class_names")
+PUSH_MARKER = "assets.extra/nightly_push.json"
+SAVED_MODEL_PB = "saved_model.pb"
+# Largest difference allowed between the export's and the Keras model's probabilities.
+TOLERANCE = 1e-5
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class ExportError(Exception):
+    """The export could not be written or does not predict what the Keras model predicts."""
+
+
+class ExportBaseError(ExportError):
+    """The export base cannot hold exports (it is a file)."""
+
+
+def version_for_date(date: str) -> int:
+    """The serving version of a run date: `2026-01-31` -> 20260131."""
+    return int(date.replace("-", ""))
+
+
+def check_model_name(name: str) -> None:
+    """Refuses a model name that is not one plain folder name.
+
+    Raises:
+        ValueError: naming the model name and what is allowed.
+    """
+    if not _MODEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"model_name {name!r} must be one folder name of letters, digits, '.', '_' or '-' "
+            "(not starting with '.' or '-')"
+        )
+
+
+def check_export_base(export_base: str) -> None:
+    """Refuses an export base that exists and is not a folder, before any work is done.
+
+    Raises:
+        ExportBaseError: naming the path.
+    """
+    if tf.io.gfile.exists(export_base) and not tf.io.gfile.isdir(export_base):
+        raise ExportBaseError(
+            f"export base {export_base} is a file, not a folder: pass an export base folder "
+            "(default <output_root>/serving) or move the file away"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PushRequest:
+    """What to push and where.
+
+    Attributes:
+        model: the Keras model (blessed).
+        model_sha256: the sha256 of its model file; recorded in the push marker.
+        export_base: the folder holding one folder per served model name.
+        model_name: the served model's name (a folder under export_base).
+        date: the run's date, from which the version is derived.
+        image_shape: the shard set's image shape (height, width, channels).
+        class_names: the class names, by class index.
+        serialized_examples: real eval records (serialised tf.Example) to check the export on.
+    """
+
+    model: tf_keras.Model
+    model_sha256: str
+    export_base: str
+    model_name: str
+    date: str
+    image_shape: list[int]
+    class_names: list[str]
+    serialized_examples: list[bytes]
+
+    @property
+    def version(self) -> int:
+        return version_for_date(self.date)
+
+    @property
+    def model_dir(self) -> str:
+        return layout.join(self.export_base, self.model_name)
+
+    @property
+    def version_dir(self) -> str:
+        return layout.join(self.model_dir, str(self.version))
+
+
+class _Serving(tf.Module):
+    """The exported object: the model's variables and the two signature functions."""
+
+    def __init__(self, model: tf_keras.Model, image_shape: list[int], class_names: list[str]):
+        super().__init__(name="serving")
+        self._model = model
+        # Tracked here so the SavedModel holds them; the Keras object itself is not saved,
+        # which keeps the export free of Keras's own (slow, layer-by-layer) serialisation.
+        self.model_variables = list(model.variables)
+        self._image_shape = list(image_shape)
+        self._class_names = tf.constant(class_names)
+        input_spec = model.inputs[0]
+        self._input_dtype = input_spec.dtype
+        images_spec = tf.TensorSpec(
+            [None, *input_spec.shape[1:]], input_spec.dtype, name=IMAGES_INPUT
+        )
+        self.serve_images = tf.function(self._serve_images, input_signature=[images_spec])
+        examples_spec = tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)
+        self.serve_examples = tf.function(self._serve_examples, input_signature=[examples_spec])
+
+    def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = tf.cast(self._model(images, training=False), tf.float32)
+        class_ids = tf.argmax(probabilities, axis=-1)
+        return {
+            "probabilities": probabilities,
+            "class_ids": class_ids,
+            "class_names": tf.gather(self._class_names, class_ids),
+        }
+
+    def _serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._outputs(images)
+
+    def _serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        # Only the image is needed: a request without a label parses too.
+        spec = {records.IMAGE_KEY: records.feature_spec()[records.IMAGE_KEY]}
+        parsed = tf.io.parse_example(examples, spec)
+        images = tf.reshape(
+            tf.io.decode_raw(parsed[records.IMAGE_KEY], tf.uint8), [-1, *self._image_shape]
+        )
+        return self._outputs(tf.cast(images, self._input_dtype))
+
+
+def export(
+    model: tf_keras.Model, image_shape: list[int], class_names: list[str], export_dir: str
+) -> None:
+    """Writes `model` as a SavedModel with both serving signatures into `export_dir`."""
+    module = _Serving(model, image_shape, class_names)
+    tf.saved_model.save(
+        module,
+        export_dir,
+        signatures={
+            SERVING_SIGNATURE: module.serve_images,
+            EXAMPLE_SIGNATURE: module.serve_examples,
+        },
+    )
+
+
+def signature_names() -> dict[str, dict[str, Any]]:
+    """The export's signatures, their inputs and outputs, as push.json records them."""
+    return {
+        SERVING_SIGNATURE: {"inputs": [IMAGES_INPUT], "outputs": list(OUTPUTS)},
+        EXAMPLE_SIGNATURE: {
+            "inputs": [EXAMPLES_INPUT],
+            "outputs": list(OUTPUTS),
+            "features": {records.IMAGE_KEY: "raw uint8 bytes of one HxWxC image"},
+        },
+    }
+
+
+def decode_examples(serialized: list[bytes], image_shape: list[int]) -> np.ndarray:
+    """The images of serialised records as uint8 [N, H, W, C]."""
+    images, _ = records.parse_batch(tf.constant(serialized), image_shape)
+    return np.asarray(images.numpy())
+
+
+def _max_difference(expected: np.ndarray, outputs: dict[str, tf.Tensor], what: str) -> float:
+    got = outputs["probabilities"].numpy()
+    if got.shape != expected.shape:
+        raise ExportError(
+            f"{what} returned probabilities of shape {got.shape}, not {expected.shape}"
+        )
+    difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
+    if not difference <= TOLERANCE:
+        raise ExportError(
+            f"{what} predicts up to {difference:.3g} away from the Keras model "
+            f"(allowed {TOLERANCE:g}); the export is not pushed"
+        )
+    if not np.array_equal(outputs["class_ids"].numpy(), expected.argmax(axis=1)):
+        raise ExportError(f"{what} returned class_ids that are not the arg max of probabilities")
+    return difference
+
+
+def verify(request: PushRequest, export_dir: str) -> dict[str, Any]:
+    """Loads the export back and checks both signatures against the Keras model.
+
+    Returns:
+        {"examples", "max_abs_difference": {signature: value}, "tolerance"}.
+
+    Raises:
+        ExportError: a signature is missing or predicts otherwise than the Keras model.
+    """
+    images = decode_examples(request.serialized_examples, request.image_shape)
+    model_input = tf.constant(images.astype(request.model.inputs[0].dtype.as_numpy_dtype))
+    expected = np.asarray(request.model(model_input, training=False), np.float32)
+    loaded = tf.saved_model.load(export_dir)
+    missing = {SERVING_SIGNATURE, EXAMPLE_SIGNATURE} - set(loaded.signatures)
+    if missing:
+        raise ExportError(f"the export in {export_dir} lacks signature(s) {sorted(missing)}")
+    differences = {
+        SERVING_SIGNATURE: _max_difference(
+            expected,
+            loaded.signatures[SERVING_SIGNATURE](**{IMAGES_INPUT: model_input}),
+            f"signature {SERVING_SIGNATURE}",
+        ),
+        EXAMPLE_SIGNATURE: _max_difference(
+            expected,
+            loaded.signatures[EXAMPLE_SIGNATURE](
+                **{EXAMPLES_INPUT: tf.constant(request.serialized_examples)}
+            ),
+            f"signature {EXAMPLE_SIGNATURE}",
+        ),
+    }
+    return {
+        "examples": len(request.serialized_examples),
+        "max_abs_difference": differences,
+        "tolerance": TOLERANCE,
+    }
+
+
+def _marker(request: PushRequest) -> dict[str, Any]:
+    return {
+        "model_sha256": request.model_sha256,
+        "date": request.date,
+        "version": request.version,
+        "signatures": signature_names(),
+    }
+
+
+def read_marker(version_dir: str) -> dict[str, Any] | None:
+    """The push marker of a version folder, or None when the push never finished."""
+    path = layout.join(version_dir, PUSH_MARKER)
+    if not tf.io.gfile.exists(path):
+        return None
+    marker: dict[str, Any] = atomic.read_json(path)
+    return marker
+
+
+def _files_under(folder: str) -> list[str]:
+    """Every file under `folder`, relative to it, with '/' separators."""
+    found = []
+    for directory, _, files in tf.io.gfile.walk(folder):
+        rel_dir = directory[len(folder) :].strip("/")
+        found += [f"{rel_dir}/{name}" if rel_dir else name for name in files]
+    return sorted(found)
+
+
+def _move_into_place(staged: str, final: str) -> None:
+    """Moves a finished version folder into place; the marker appears last.
+
+    A local folder moves with one rename. On gs:// the files are copied, the model's graph
+    (saved_model.pb) after its variables and the marker after everything.
+    """
+    if not storage.is_remote(final):
+        tf.io.gfile.rename(staged, final)
+        return
+    files = _files_under(staged)
+    last = [name for name in (SAVED_MODEL_PB, PUSH_MARKER) if name in files]
+    for name in [f for f in files if f not in last] + last:
+        target = layout.join(final, name)
+        tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
+        tf.io.gfile.copy(layout.join(staged, name), target, overwrite=True)
+
+
+def _remove(path: str) -> None:
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
+
+
+def push(request: PushRequest) -> dict[str, Any]:
+    """Exports, verifies and moves the model into `<export_base>/<model_name>/<version>/`.
+
+    Returns:
+        The push document (push.json): `pushed`, `status` ("pushed" or "already pushed"),
+        `path`, `version`, `model_name`, `signatures`, the verification and the timings.
+
+    Raises:
+        ExportBaseError: the export base is a file.
+        ExportError: the version folder holds another model, or the export does not predict
+            what the Keras model predicts (nothing is moved into place then).
+    """
+    check_export_base(request.export_base)
+    final = request.version_dir
+    document: dict[str, Any] = {
+        "pushed": True,
+        "path": final,
+        "version": request.version,
+        "model_name": request.model_name,
+        "export_base": request.export_base,
+        "model_sha256": request.model_sha256,
+        "signatures": signature_names(),
+    }
+    marker = read_marker(final) if tf.io.gfile.exists(final) else None
+    if marker is not None:
+        if marker.get("model_sha256") != request.model_sha256:
+            raise ExportError(
+                f"serving version {final} already holds another model (sha256 "
+                f"{str(marker.get('model_sha256'))[:16]}…, not {request.model_sha256[:16]}…): "
+                "TF Serving does not reload a version in place; move that folder aside and "
+                "rerun the evaluation to push this model"
+            )
+        logger.info("serving version %s already holds this model: nothing to push", final)
+        return document | {"status": "already pushed"}
+    if tf.io.gfile.exists(final):
+        logger.warning("serving version %s has no push marker (an unfinished push): redoing", final)
+        _remove(final)
+
+    staging_base = layout.join(request.model_dir, f".tmp-{request.version}-{uuid.uuid4().hex}")
+    staged = layout.join(staging_base, str(request.version))
+    try:
+        started = time.perf_counter()
+        export(request.model, request.image_shape, request.class_names, staged)
+        export_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        verification = verify(request, staged)
+        try:
+            verification["model_server"] = model_server.check(
+                staging_base,
+                request,
+                decode_examples(request.serialized_examples, request.image_shape),
+            )
+        except model_server.ModelServerError as e:
+            raise ExportError(f"{e}; the export is not pushed") from e
+        verify_seconds = time.perf_counter() - started
+        marker_path = layout.join(staged, PUSH_MARKER)
+        tf.io.gfile.makedirs(marker_path.rsplit("/", 1)[0])
+        atomic.write_json_atomic(marker_path, _marker(request))
+        _move_into_place(staged, final)
+    finally:
+        _remove(staging_base)
+    logger.info(
+        "pushed version %d to %s (export %.1f s, verification %.1f s)",
+        request.version,
+        final,
+        export_seconds,
+        verify_seconds,
+    )
+    return document | {
+        "status": "pushed",
+        "verification": verification,
+        "export_seconds": round(export_seconds, 3),
+        "verify_seconds": round(verify_seconds, 3),
+    }

@@ -1,0 +1,220 @@
+"""Pushing a blessed model to serving: TF Serving layout, both signatures, checks, reruns."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from contract import atomic, layout, manifest
+from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
+from evaluate import report, run, serving, stage
+from tests import factories
+from tests.evaluate import trained_run
+from tests.evaluate.conftest import DATE
+
+VERSION = "20260131"
+
+
+@pytest.fixture(autouse=True)
+def no_model_server(monkeypatch, tmp_path):
+    """A PATH without tensorflow_model_server: the in-process check is the one that runs."""
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+
+def _push_doc(config) -> dict:
+    return atomic.read_json(os.path.join(config.evaluate_dir, report.PUSH_FILE))
+
+
+def _eval_records(config) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """Every eval record serialised, and as (float32 images, labels)."""
+    doc = atomic.read_json(os.path.join(config.data_dir, layout.MANIFEST_FILE))
+    paths = manifest.split_paths(config.data_dir, doc, layout.EVAL_SPLIT)
+    serialized = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(paths)]
+    images, labels = trained_run.read_split(config.data_dir, doc, layout.EVAL_SPLIT)
+    return serialized, images, labels
+
+
+def _without_label(serialized: bytes) -> bytes:
+    example = tf.train.Example.FromString(serialized)
+    del example.features.feature["label"]
+    return example.SerializeToString()
+
+
+def test_a_blessed_model_is_served_from_the_tf_serving_layout(make_config, run_root):
+    config = make_config(min_accuracy=0.1)
+    metrics = run(config)
+    model_dir = run_root / "serving" / "nightly"
+    assert sorted(os.listdir(model_dir)) == [VERSION]  # no temporary folder left
+    version_dir = model_dir / VERSION
+    assert (version_dir / "saved_model.pb").is_file()
+    assert (version_dir / "variables").is_dir()
+
+    push = _push_doc(config)
+    assert push["pushed"] and push["status"] == "pushed"
+    assert (push["path"], push["version"]) == (str(version_dir), 20260131)
+    assert sorted(push["signatures"]) == ["serving_default", "serving_tf_example"]
+    assert push["verification"]["examples"] == stage.VERIFY_EXAMPLES
+    assert push["verification"]["model_server"]["ran"] is False
+    assert (
+        "tensorflow_model_server is not on PATH" in push["verification"]["model_server"]["reason"]
+    )
+    assert metrics["push"] == {
+        "pushed": True,
+        "status": "pushed",
+        "version": 20260131,
+        "path": str(version_dir),
+    }
+    marker = atomic.read_json(str(version_dir / serving.PUSH_MARKER))
+    assert marker["model_sha256"] == metrics["model"]["sha256"]
+    text = (run_root / DATE / "evaluate" / report.REPORT_FILE).read_text()
+    assert f"Version 20260131 of model nightly (pushed): `{version_dir}`" in text
+    assert "tensorflow_model_server is not on PATH" in text
+
+    # Loaded as a server would: both signatures on every eval example agree with Keras.
+    serialized, images, _ = _eval_records(config)
+    expected = tf_keras.models.load_model(config.model_path).predict(images, verbose=0)
+    loaded = tf.saved_model.load(str(version_dir))
+    by_images = loaded.signatures["serving_default"]
+    assert by_images.structured_input_signature[1] == {
+        "images": tf.TensorSpec([None, 28, 28, 1], tf.float32, name="images")
+    }
+    outputs = by_images(images=tf.constant(images))
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), expected, atol=1e-5, rtol=0)
+    assert outputs["class_ids"].numpy().tolist() == expected.argmax(axis=1).tolist()
+    names = [factories.CLASS_NAMES[i] for i in expected.argmax(axis=1)]
+    assert [n.decode() for n in outputs["class_names"].numpy()] == names
+
+    by_examples = loaded.signatures["serving_tf_example"]
+    assert by_examples.structured_input_signature[1] == {
+        "examples": tf.TensorSpec([None], tf.string, name="examples")
+    }
+    unlabelled = [_without_label(s) for s in serialized]  # a request carries no label
+    for records in (serialized, unlabelled):
+        outputs = by_examples(examples=tf.constant(records))
+        np.testing.assert_allclose(outputs["probabilities"].numpy(), expected, atol=1e-5, rtol=0)
+
+
+def test_an_unblessed_model_is_never_pushed(make_config, run_root):
+    config = make_config(min_accuracy=0.999)
+    metrics = run(config)
+    push = _push_doc(config)
+    assert not metrics["blessed"]
+    assert push["pushed"] is False and push["status"] == "not blessed"
+    assert push["version"] == 20260131  # where it would have gone
+    assert not (run_root / "serving").exists()
+    text = (run_root / DATE / "evaluate" / report.REPORT_FILE).read_text()
+    assert "Not pushed: only a blessed model is pushed to serving." in text
+
+
+def _files(folder) -> dict[str, tuple[int, int]]:
+    return {
+        os.path.relpath(os.path.join(d, n), folder): (
+            os.stat(os.path.join(d, n)).st_ino,
+            os.stat(os.path.join(d, n)).st_mtime_ns,
+        )
+        for d, _, names in os.walk(folder)
+        for n in names
+    }
+
+
+def test_a_rerun_leaves_the_pushed_version_as_it_is(make_config, run_root):
+    config = make_config(min_accuracy=0.1)
+    run(config)
+    version_dir = run_root / "serving" / "nightly" / VERSION
+    before = _files(version_dir)
+    metrics = run(config)
+    assert _files(version_dir) == before
+    assert _push_doc(config)["status"] == "already pushed"
+    assert metrics["push"]["pushed"] and metrics["push"]["version"] == 20260131
+
+
+def test_an_unfinished_push_is_redone(make_config, run_root):
+    version_dir = run_root / "serving" / "nightly" / VERSION
+    version_dir.mkdir(parents=True)
+    (version_dir / "saved_model.pb").write_bytes(b"half a copy")  # no push marker
+    config = make_config(min_accuracy=0.1)
+    run(config)
+    assert _push_doc(config)["status"] == "pushed"
+    assert (version_dir / serving.PUSH_MARKER).is_file()
+    tf.saved_model.load(str(version_dir))  # the real export, not the leftover
+
+
+def test_a_version_holding_another_model_is_not_replaced(make_config, run_root):
+    config = make_config(min_accuracy=0.1)
+    run(config)
+    version_dir = run_root / "serving" / "nightly" / VERSION
+    marker_path = str(version_dir / serving.PUSH_MARKER)
+    atomic.write_json_atomic(
+        marker_path, atomic.read_json(marker_path) | {"model_sha256": "0" * 64}
+    )
+    before = _files(version_dir)
+    os.remove(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
+    with pytest.raises(serving.ExportError, match="already holds another model .* move that"):
+        run(config)
+    assert _files(version_dir) == before
+    assert not os.path.exists(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
+
+
+def test_an_export_base_that_is_a_file_is_one_error_line(run_root, tmp_path, capsys):
+    from evaluate.__main__ import main
+
+    base = tmp_path / "serving-file"
+    base.write_text("not a folder")
+    argv = ["--output-root", str(run_root), "--date", DATE, "--export-base", str(base)]
+    assert main(argv) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"{ERROR_PREFIX}export base {base} is a file, not a folder: pass an export base folder "
+        "(default <output_root>/serving) or move the file away"
+    ]
+    assert not os.path.exists(layout.evaluate_dir(str(run_root), DATE))
+
+
+def _request(model, tmp_path, serialized, image_shape) -> serving.PushRequest:
+    return serving.PushRequest(
+        model=model,
+        model_sha256="a" * 64,
+        export_base=str(tmp_path / "serving"),
+        model_name="custom",
+        date="2026-02-03",
+        image_shape=image_shape,
+        class_names=factories.CLASS_NAMES,
+        serialized_examples=serialized,
+    )
+
+
+def test_any_keras_model_exports_with_its_own_input_dtype(make_config, tmp_path):
+    # A model taking uint8 pixels (not the built-in models' float32): serving_default takes
+    # uint8 and the tf.Example signature feeds it uint8.
+    serialized, images, _ = _eval_records(make_config())
+    inputs = tf_keras.Input(shape=[28, 28, 1], dtype="uint8")
+    x = tf_keras.layers.Rescaling(1.0 / 255)(inputs)
+    x = tf_keras.layers.Conv2D(4, 3, activation="relu")(x)
+    x = tf_keras.layers.GlobalAveragePooling2D()(x)
+    model = tf_keras.Model(inputs, tf_keras.layers.Dense(10, activation="softmax")(x))
+    push = serving.push(_request(model, tmp_path, serialized[:64], [28, 28, 1]))
+    assert push["path"] == str(tmp_path / "serving" / "custom" / "20260203")
+    loaded = tf.saved_model.load(push["path"])
+    spec = loaded.signatures["serving_default"].structured_input_signature[1]["images"]
+    assert spec.dtype == tf.uint8
+    expected = model(images[:64].astype(np.uint8)).numpy()
+    got = loaded.signatures["serving_tf_example"](examples=tf.constant(serialized[:64]))
+    np.testing.assert_allclose(got["probabilities"].numpy(), expected, atol=1e-5, rtol=0)
+
+
+def test_an_export_that_predicts_otherwise_is_caught(make_config, tmp_path):
+    serialized, _, _ = _eval_records(make_config())
+    exported = trained_run.tiny_model([28, 28, 1], 10, seed=0)
+    other = trained_run.tiny_model([28, 28, 1], 10, seed=1)
+    request = _request(exported, tmp_path, serialized[:32], [28, 28, 1])
+    folder = str(tmp_path / "export")
+    serving.export(exported, [28, 28, 1], factories.CLASS_NAMES, folder)
+    assert serving.verify(request, folder)["max_abs_difference"]["serving_default"] <= 1e-5
+    with pytest.raises(serving.ExportError, match="predicts up to .* away from the Keras model"):
+        serving.verify(_request(other, tmp_path, serialized[:32], [28, 28, 1]), folder)
