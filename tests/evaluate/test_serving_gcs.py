@@ -1,0 +1,115 @@
+"""Pushing to a gs:// export base, against the local GCS emulator (no cloud).
+
+The stage runs as `python -m evaluate` in its own process with the emulator's environment;
+the bucket is read back through google-cloud-storage, another client than the stage's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from contract import storage
+from evaluate import serving
+from tests.evaluate.conftest import DATE
+from tests.factories import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+
+BUCKET = "bucket"
+ROOT = f"gs://{BUCKET}/runs"
+VERSION_PREFIX = "runs/serving/nightly/20260131/"
+
+
+@pytest.fixture(scope="module")
+def gcs_env(tmp_path_factory):
+    """The emulator and its proxy on free loopback ports; yields the clients' environment."""
+    workdir = tmp_path_factory.mktemp("gcs")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.gcs_emulator", f"--workdir={workdir}", f"--bucket={BUCKET}"],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=open(workdir / "emulator.log", "wb"),  # noqa: SIM115 - closed with the process
+        text=True,
+    )
+    line = server.stdout.readline()
+    assert line, (workdir / "emulator.log").read_text()[-3000:]
+    env = json.loads(line)["env"] | {storage.STATE_DIR_ENV: str(workdir / "state")}
+    yield env
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture
+def bucket(gcs_env, monkeypatch):
+    from google.cloud import storage as gcs_client
+
+    for key, value in gcs_env.items():
+        monkeypatch.setenv(key, value)
+    return gcs_client.Client().bucket(BUCKET)
+
+
+def _python(gcs_env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=PROJECT_ROOT,
+        env=os.environ | gcs_env | {"PATH": os.path.dirname(sys.executable)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _objects(bucket, prefix: str) -> dict[str, int]:
+    return {
+        blob.name[len(prefix) :]: blob.generation
+        for blob in bucket.client.list_blobs(bucket, prefix=prefix)
+        if not blob.name.endswith("/")
+    }
+
+
+def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path):
+    upload = (
+        "import sys; from contract import storage; storage.upload_folder(sys.argv[1], sys.argv[2])"
+    )
+    result = _python(gcs_env, "-c", upload, str(run_root / DATE), f"{ROOT}/{DATE}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluate = ["-m", "evaluate", "--output-root", ROOT, "--date", DATE, "--min-accuracy", "0.1"]
+    result = _python(gcs_env, *evaluate)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pushed True" in result.stdout
+
+    files = _objects(bucket, VERSION_PREFIX)
+    assert {"saved_model.pb", serving.PUSH_MARKER} <= set(files)
+    assert any(name.startswith("variables/variables.data") for name in files)
+    # Nothing is left of the staging folder.
+    assert all(".tmp-" not in name for name in _objects(bucket, "runs/serving/"))
+    push = json.loads(bucket.blob(f"runs/{DATE}/evaluate/push.json").download_as_bytes())
+    assert push["path"] == f"{ROOT}/serving/nightly/20260131" and push["status"] == "pushed"
+
+    # What the store holds is the model: downloaded, it predicts what the Keras model does.
+    local = tmp_path / "downloaded"
+    for name in files:
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        bucket.blob(VERSION_PREFIX + name).download_to_filename(str(local / name))
+    images = np.random.default_rng(0).uniform(0, 255, [8, 28, 28, 1]).astype(np.float32)
+    keras_model = tf_keras.models.load_model(run_root / DATE / "train" / "model.keras")
+    outputs = tf.saved_model.load(str(local)).signatures["serving_default"](images=images)
+    np.testing.assert_allclose(
+        outputs["probabilities"].numpy(), keras_model(images).numpy(), atol=1e-5, rtol=0
+    )
+
+    # A rerun of the evaluation leaves the pushed version alone.
+    bucket.blob(f"runs/{DATE}/evaluate/metrics.json").delete()
+    result = _python(gcs_env, *evaluate)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _objects(bucket, VERSION_PREFIX) == files
+    push = json.loads(bucket.blob(f"runs/{DATE}/evaluate/push.json").download_as_bytes())
+    assert push["status"] == "already pushed"
