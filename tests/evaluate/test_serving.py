@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -218,3 +219,41 @@ def test_an_export_that_predicts_otherwise_is_caught(make_config, tmp_path):
     assert serving.verify(request, folder)["max_abs_difference"]["serving_default"] <= 1e-5
     with pytest.raises(serving.ExportError, match="predicts up to .* away from the Keras model"):
         serving.verify(_request(other, tmp_path, serialized[:32], [28, 28, 1]), folder)
+
+
+@pytest.fixture
+def model_server_on_path(monkeypatch, tmp_path):
+    """`tensorflow_model_server` on PATH: the stand-in of tests.evaluate.fake_model_server."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "tensorflow_model_server"
+    script.write_text(
+        f'#!/bin/sh\ncd "{factories.PROJECT_ROOT}"\n'
+        f'exec "{sys.executable}" -m tests.evaluate.fake_model_server "$@"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_an_installed_model_server_loads_and_answers_before_the_push(
+    make_config, run_root, model_server_on_path
+):
+    config = make_config(min_accuracy=0.1)
+    run(config)
+    server = _push_doc(config)["verification"]["model_server"]
+    assert server["ran"] is True and server["examples"] == 32
+    assert set(server["max_abs_difference"]) == {"serving_default", "serving_tf_example"}
+    assert max(server["max_abs_difference"].values()) <= 2e-5
+    text = (run_root / DATE / "evaluate" / report.REPORT_FILE).read_text()
+    assert "tensorflow_model_server loaded and answered it too" in text
+
+
+def test_a_model_server_answering_otherwise_stops_the_push(
+    make_config, run_root, model_server_on_path, monkeypatch
+):
+    monkeypatch.setenv("FAKE_MODEL_SERVER_OFFSET", "0.01")
+    config = make_config(min_accuracy=0.1)
+    with pytest.raises(serving.ExportError, match="answered serving_default up to 0.01"):
+        run(config)
+    assert sorted(os.listdir(run_root / "serving" / "nightly")) == []
+    assert not os.path.exists(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
