@@ -29,14 +29,20 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _shapes_differ(model: tf_keras.Model, image_shape: list[int]) -> bool:
-    input_shape = model.input_shape
-    if isinstance(input_shape, list):  # several inputs: not an image classifier of ours
-        return True
-    dims = list(input_shape[1:])
-    return len(dims) != len(image_shape) or any(
+def _input_problem(model: tf_keras.Model, image_shape: list[int]) -> str | None:
+    """Why the model cannot take this run's images, or None when it can (or does not say)."""
+    try:
+        shape = model.input_shape
+    except AttributeError:  # a subclassed model declaring no input: scoring it finds out
+        return None
+    if isinstance(shape, list):
+        return f"it takes {len(shape)} inputs, this run has one image input"
+    dims = list(shape[1:])
+    if len(dims) != len(image_shape) or any(
         d is not None and d != want for d, want in zip(dims, image_shape, strict=True)
-    )
+    ):
+        return f"it takes inputs of shape {dims}, this run's images are {list(image_shape)}"
+    return None
 
 
 def score(
@@ -85,11 +91,9 @@ def score(
         model = tf_keras.models.load_model(path, compile=False)
     except Exception as e:  # noqa: BLE001 - whatever a stored file throws, it is unusable
         return unscored(f"its model file {path} does not load ({_first_line(e)})")
-    if _shapes_differ(model, image_shape):
-        shape = model.input_shape if isinstance(model.input_shape, list) else model.input_shape[1:]
-        return unscored(
-            f"it takes inputs of shape {list(shape)}, this run's images are {list(image_shape)}"
-        )
+    problem = _input_problem(model, image_shape)
+    if problem is not None:
+        return unscored(problem)
     try:
         metrics = scorer(model)
     except Exception as e:  # noqa: BLE001 - e.g. another class count (scoring.score names it)

@@ -119,7 +119,8 @@ def check(base_path: str, request: PushRequest, images: np.ndarray) -> dict[str,
             "reason": f"{BINARY} is run on local exports only: the in-process check stands",
         }
     count = min(QUERY_EXAMPLES, len(request.serialized_examples))
-    model_input = images[:count].astype(request.model.inputs[0].dtype.as_numpy_dtype)
+    _, dtype = serving.model_input(request.model, request.image_shape)
+    model_input = images[:count].astype(dtype.as_numpy_dtype)
     expected = np.asarray(request.model(model_input, training=False), np.float32)
     rest_port = _free_port()
     name, version = request.model_name, request.version

@@ -131,46 +131,56 @@ class PushRequest:
         return layout.join(self.model_dir, str(self.version))
 
 
+def model_input(model: tf_keras.Model, image_shape: list[int]) -> tuple[list[int | None], tf.DType]:
+    """The shape (without the batch) and dtype of a model's image input.
+
+    A functional or sequential model declares its input; a subclassed one may not, and then
+    it takes what the train contract gives every model: float32 pixels of the shard set's shape.
+    """
+    inputs = getattr(model, "inputs", None)
+    if inputs:
+        return list(inputs[0].shape[1:]), tf.as_dtype(inputs[0].dtype)
+    return list(image_shape), tf.float32
+
+
 class _Serving(tf.Module):
-    """The exported object: the model's variables and the two signature functions."""
+    """The exported object: the model's variables and the two signature functions.
+
+    The Keras model is only closed over, never an attribute: an attribute would be saved as a
+    Keras object, layer by layer, which is slow and fails for layers Keras cannot serialise.
+    The variables are tracked here, so the SavedModel holds them.
+    """
 
     def __init__(self, model: tf_keras.Model, image_shape: list[int], class_names: list[str]):
         super().__init__(name="serving")
-        self._model = model
-        # Tracked here so the SavedModel holds them; the Keras object itself is not saved,
-        # which keeps the export free of Keras's own (slow, layer-by-layer) serialisation.
         self.model_variables = list(model.variables)
-        self._image_shape = list(image_shape)
-        self._class_names = tf.constant(class_names)
-        input_spec = model.inputs[0]
-        self._input_dtype = input_spec.dtype
-        images_spec = tf.TensorSpec(
-            [None, *input_spec.shape[1:]], input_spec.dtype, name=IMAGES_INPUT
+        self.class_names = tf.constant(class_names)
+        input_shape, input_dtype = model_input(model, image_shape)
+
+        def outputs(images: tf.Tensor) -> dict[str, tf.Tensor]:
+            probabilities = tf.cast(model(images, training=False), tf.float32)
+            class_ids = tf.argmax(probabilities, axis=-1)
+            return {
+                "probabilities": probabilities,
+                "class_ids": class_ids,
+                "class_names": tf.gather(self.class_names, class_ids),
+            }
+
+        def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
+            # Only the image is parsed: a request without a label is served too.
+            spec = {records.IMAGE_KEY: records.feature_spec()[records.IMAGE_KEY]}
+            parsed = tf.io.parse_example(examples, spec)
+            pixels = tf.io.decode_raw(parsed[records.IMAGE_KEY], tf.uint8)
+            return outputs(tf.cast(tf.reshape(pixels, [-1, *image_shape]), input_dtype))
+
+        self.serve_images = tf.function(
+            outputs,
+            input_signature=[tf.TensorSpec([None, *input_shape], input_dtype, name=IMAGES_INPUT)],
         )
-        self.serve_images = tf.function(self._serve_images, input_signature=[images_spec])
-        examples_spec = tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)
-        self.serve_examples = tf.function(self._serve_examples, input_signature=[examples_spec])
-
-    def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.cast(self._model(images, training=False), tf.float32)
-        class_ids = tf.argmax(probabilities, axis=-1)
-        return {
-            "probabilities": probabilities,
-            "class_ids": class_ids,
-            "class_names": tf.gather(self._class_names, class_ids),
-        }
-
-    def _serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._outputs(images)
-
-    def _serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        # Only the image is needed: a request without a label parses too.
-        spec = {records.IMAGE_KEY: records.feature_spec()[records.IMAGE_KEY]}
-        parsed = tf.io.parse_example(examples, spec)
-        images = tf.reshape(
-            tf.io.decode_raw(parsed[records.IMAGE_KEY], tf.uint8), [-1, *self._image_shape]
+        self.serve_examples = tf.function(
+            serve_examples,
+            input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)],
         )
-        return self._outputs(tf.cast(images, self._input_dtype))
 
 
 def export(
@@ -233,8 +243,9 @@ def verify(request: PushRequest, export_dir: str) -> dict[str, Any]:
         ExportError: a signature is missing or predicts otherwise than the Keras model.
     """
     images = decode_examples(request.serialized_examples, request.image_shape)
-    model_input = tf.constant(images.astype(request.model.inputs[0].dtype.as_numpy_dtype))
-    expected = np.asarray(request.model(model_input, training=False), np.float32)
+    _, dtype = model_input(request.model, request.image_shape)
+    model_images = tf.constant(images.astype(dtype.as_numpy_dtype))
+    expected = np.asarray(request.model(model_images, training=False), np.float32)
     loaded = tf.saved_model.load(export_dir)
     missing = {SERVING_SIGNATURE, EXAMPLE_SIGNATURE} - set(loaded.signatures)
     if missing:
@@ -242,7 +253,7 @@ def verify(request: PushRequest, export_dir: str) -> dict[str, Any]:
     differences = {
         SERVING_SIGNATURE: _max_difference(
             expected,
-            loaded.signatures[SERVING_SIGNATURE](**{IMAGES_INPUT: model_input}),
+            loaded.signatures[SERVING_SIGNATURE](**{IMAGES_INPUT: model_images}),
             f"signature {SERVING_SIGNATURE}",
         ),
         EXAMPLE_SIGNATURE: _max_difference(

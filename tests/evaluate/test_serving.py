@@ -257,3 +257,29 @@ def test_a_model_server_answering_otherwise_stops_the_push(
         run(config)
     assert sorted(os.listdir(run_root / "serving" / "nightly")) == []
     assert not os.path.exists(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
+
+
+class _Subclassed(tf_keras.Model):
+    """A model that declares no input (subclassed), as a user's model may be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flatten = tf_keras.layers.Flatten()
+        self.dense = tf_keras.layers.Dense(10, activation="softmax")
+
+    def call(self, images, training=False):
+        return self.dense(self.flatten(images / 255.0))
+
+
+def test_a_subclassed_model_exports_with_the_contracts_float_input(make_config, tmp_path):
+    serialized, images, _ = _eval_records(make_config())
+    model = _Subclassed()
+    model(images[:1])  # builds the weights
+    push = serving.push(_request(model, tmp_path, serialized[:64], [28, 28, 1]))
+    loaded = tf.saved_model.load(push["path"])
+    spec = loaded.signatures["serving_default"].structured_input_signature[1]["images"]
+    assert spec == tf.TensorSpec([None, 28, 28, 1], tf.float32, name="images")
+    got = loaded.signatures["serving_default"](images=tf.constant(images[:64]))
+    np.testing.assert_allclose(
+        got["probabilities"].numpy(), model(images[:64]).numpy(), atol=1e-5, rtol=0
+    )
