@@ -14,6 +14,9 @@ from evaluate.__main__ import main
         ("--batch-size", "0", "batch_size"),
         ("--min-accuracy", "1.5", "min_accuracy"),
         ("--max-regression", "-0.1", "max_regression"),
+        ("--max-relative-regression", "1.5", "max_relative_regression"),
+        ("--model-name", "../elsewhere", "model_name"),
+        ("--export-base", "s3://bucket/serving", "export base"),
     ],
 )
 def test_bad_flag_is_one_error_line(
@@ -26,3 +29,33 @@ def test_bad_flag_is_one_error_line(
     assert err[0].startswith(ERROR_PREFIX)
     assert named in err[0] and value in err[0]
     assert "Traceback" not in err[0]
+
+
+def test_the_evaluate_task_passes_every_blessing_and_export_setting() -> None:
+    import datetime
+
+    from evaluate.__main__ import parse_args
+    from pipeline import Evaluate
+
+    task = Evaluate(
+        date=datetime.date(2026, 1, 31),
+        output_root="/runs",
+        dataset="fashion_mnist",
+        num_workers=2,
+        min_accuracy=0.9,
+        max_regression=0.01,
+        max_relative_regression=0.02,
+        export_base="gs://bucket/serving",
+        model_name="shoes",
+    )
+    config = parse_args(task.command()[3:])
+    assert (config.min_accuracy, config.max_regression, config.max_relative_regression) == (
+        0.9,
+        0.01,
+        0.02,
+    )
+    assert (config.serving_base, config.model_name) == ("gs://bucket/serving", "shoes")
+    default = parse_args(
+        Evaluate(date=datetime.date(2026, 1, 31), output_root="/runs").command()[3:]
+    )
+    assert default.serving_base == "/runs/serving"
