@@ -320,6 +320,18 @@ def _remove(path: str) -> None:
         tf.io.gfile.rmtree(path)
 
 
+def _remove_stale_staging(request: PushRequest) -> None:
+    """Removes what a killed push of this version left (one run of a date at a time, so no
+    other push of it is under way)."""
+    if not tf.io.gfile.isdir(request.model_dir):
+        return
+    prefix = f".tmp-{request.version}-"
+    for name in tf.io.gfile.listdir(request.model_dir):
+        if name.startswith(prefix):
+            logger.info("removing %s, left by an interrupted push", name.rstrip("/"))
+            _remove(layout.join(request.model_dir, name.rstrip("/")))
+
+
 def push(request: PushRequest) -> dict[str, Any]:
     """Exports, verifies and moves the model into `<export_base>/<model_name>/<version>/`.
 
@@ -358,6 +370,7 @@ def push(request: PushRequest) -> dict[str, Any]:
         logger.warning("serving version %s has no push marker (an unfinished push): redoing", final)
         _remove(final)
 
+    _remove_stale_staging(request)
     staging_base = layout.join(request.model_dir, f".tmp-{request.version}-{uuid.uuid4().hex}")
     staged = layout.join(staging_base, str(request.version))
     try:

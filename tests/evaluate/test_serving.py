@@ -139,11 +139,16 @@ def test_an_unfinished_push_is_redone(make_config, run_root):
     version_dir = run_root / "serving" / "nightly" / VERSION
     version_dir.mkdir(parents=True)
     (version_dir / "saved_model.pb").write_bytes(b"half a copy")  # no push marker
+    killed = run_root / "serving" / "nightly" / f".tmp-{VERSION}-0123" / VERSION
+    killed.mkdir(parents=True)  # what a push killed while staging leaves
+    other_date = run_root / "serving" / "nightly" / ".tmp-20260130-0123"
+    other_date.mkdir()
     config = make_config(min_accuracy=0.1)
     run(config)
     assert _push_doc(config)["status"] == "pushed"
     assert (version_dir / serving.PUSH_MARKER).is_file()
     tf.saved_model.load(str(version_dir))  # the real export, not the leftover
+    assert sorted(os.listdir(run_root / "serving" / "nightly")) == [other_date.name, VERSION]
 
 
 def test_a_version_holding_another_model_is_not_replaced(make_config, run_root):
