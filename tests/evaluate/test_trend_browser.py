@@ -82,16 +82,18 @@ def test_trend_page_of_three_nights_in_chromium(chromium, three_nights, tmp_path
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 20) or []) > 100
 
         assert [row[0] for row in rows] == sorted(NIGHTS)
-        verdicts = {row[0]: row[3] for row in rows}
+        verdicts = {row[0]: row[4] for row in rows}
         assert verdicts == {"2026-01-29": "yes", "2026-01-30": "no", "2026-01-31": "yes latest"}
-        why = {row[0]: row[4] for row in rows}
+        pushed = {row[0]: row[6] for row in rows}
+        assert pushed == {"2026-01-29": "20260129", "2026-01-30": "–", "2026-01-31": "20260131"}
+        why = {row[0]: row[5] for row in rows}
         assert "is below min_accuracy 0.9990" in why["2026-01-30"]
         assert "pointer stays on the newer run 2026-01-31" in why["2026-01-29"]
 
         assert len(plot) == 1 and plot[0]["src"] == (three_nights / trend.TREND_PNG).as_uri()
         assert _loaded(plot), plot
 
-        assert len(links) == 4 * len(NIGHTS)
+        assert len(links) == 5 * len(NIGHTS)
         for link in links:
             path = _path(link)
             assert path.startswith(str(three_nights) + "/"), link
@@ -99,7 +101,7 @@ def test_trend_page_of_three_nights_in_chromium(chromium, three_nights, tmp_path
             date = path[len(str(three_nights)) + 1 :].split("/")[0]
             if link.endswith(".png"):
                 assert _loaded(page.evaluate(IMAGES)), link
-            elif link.endswith("metrics.json"):
+            elif link.endswith(".json"):  # metrics.json, blessing.json
                 assert f'"date": "{date}"' in page.evaluate("document.body.innerText")
             else:
                 assert page.evaluate("document.title") == f"Evaluation of run {date}"
