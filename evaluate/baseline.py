@@ -15,7 +15,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, pointer
+from contract import atomic, model_code, pointer
 from evaluate.blessing import Baseline
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,8 @@ def score(
                 "recorded in the latest pointer"
             )
     try:
-        model = tf_keras.models.load_model(path, compile=False)
+        custom = model_code.custom_objects(path)  # a user's own layers (docs/extending.md)
+        model = tf_keras.models.load_model(path, compile=False, custom_objects=custom)
     except Exception as e:  # noqa: BLE001 - whatever a stored file throws, it is unusable
         return unscored(f"its model file {path} does not load ({_first_line(e)})")
     problem = _input_problem(model, image_shape)

@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, layout, manifest, pointer
+from contract import atomic, layout, manifest, model_code, pointer
 from evaluate import baseline, blessing, data, plots, report, report_page, scoring, serving, trend
 from evaluate.config import EvaluateConfig
 
@@ -66,7 +66,9 @@ def load_model(path: str) -> tf_keras.Model:
     """
     if not tf.io.gfile.exists(path):
         raise TrainOutputError(f"model not found: {path} (run the train stage first)")
-    return tf_keras.models.load_model(path, compile=False)
+    # A user's own layers load from their module (docs/extending.md).
+    custom = model_code.custom_objects(path)
+    return tf_keras.models.load_model(path, compile=False, custom_objects=custom)
 
 
 def score_model(

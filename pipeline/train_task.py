@@ -6,7 +6,8 @@ import sys
 
 import luigi
 
-from contract import layout
+from contract import import_path, layout
+from contract.messages import error_line
 from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
@@ -15,11 +16,35 @@ from pipeline.targets import GFileTarget
 STAGE_LOG_FILE = "train.log"
 
 
+def check_model(model: str) -> None:
+    """Refuses a model given by import path whose module or function is missing, before
+    anything is scheduled; the module is found and read, not run (the train stage imports and
+    builds it once more before any worker starts).
+
+    Raises:
+        ImportPathError: printed first as the stages' one error line.
+    """
+    if not import_path.is_import_path(model):
+        return  # a built-in name: the train stage knows them
+    try:
+        import_path.check(model)
+    except import_path.ImportPathError as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        raise
+
+
 class Train(RunTask):
     """Trains the run's model with `num_workers` workers on the run's shard set."""
 
     model = luigi.Parameter(
-        default="cnn", description="Model architecture by name (cnn, cnn2, cnn3, mlp)."
+        default="cnn",
+        description="A built-in model by name (cnn, cnn2, cnn3, mlp), or your own model "
+        "function by import path, package.module:function (docs/extending.md).",
+    )
+    hparams: luigi.DictParameter = luigi.DictParameter(
+        default={},
+        description="Hyperparameters handed to a model given by import path (and its optimizer "
+        """and loss hooks), as JSON: '{"width": 64}'. Built-in models take none.""",
     )
     epochs = luigi.IntParameter(default=15, description="Most epochs to train (at least 1).")
     per_worker_batch_size = luigi.IntParameter(
@@ -99,6 +124,14 @@ class Train(RunTask):
     def requires(self) -> luigi.Task:
         return Preprocess(**self.shared_params())
 
+    def complete(self) -> bool:
+        # luigi asks before it schedules anything: a model by import path whose module or
+        # function is missing stops the run here, in the train stage's words, before Preprocess.
+        done = bool(super().complete())
+        if not done:
+            check_model(self.model)
+        return done
+
     def output(self) -> GFileTarget:
         return GFileTarget(
             layout.join(layout.train_dir(self.output_root, self.date_str), layout.HISTORY_FILE)
@@ -133,6 +166,7 @@ class Train(RunTask):
             "precision": self.precision,
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
+            "hparams": luigi.DictParameter().serialize(self.hparams),
         }
         args = [sys.executable, "-m", "train", "launch"]
         for name, value in settings.items():

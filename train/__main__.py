@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import json
 import logging
 import sys
 from typing import NoReturn
@@ -42,13 +43,27 @@ class _Parser(argparse.ArgumentParser):
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(TrainConfig):
         flag = f"--{field.name.replace('_', '-')}"
-        if field.default is dataclasses.MISSING:
+        if field.default_factory is dict:
+            parser.add_argument(flag, type=_json_object, default={}, help="(a JSON object)")
+        elif field.default is dataclasses.MISSING:
             parser.add_argument(flag, required=True)
         else:
             kind = type(field.default)
             parser.add_argument(
                 flag, type=kind, default=field.default, help=f"(default {field.default})"
             )
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object such as '{{\"width\": 64}}', got {text!r}"
+        )
+    return value
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import atomic, layout
-from train import cluster
+from train import cluster, user_model
 from train.config import TrainConfig
 
 T = TypeVar("T")
@@ -92,8 +92,10 @@ def save_final(
 
 
 def write_config(config: TrainConfig, train_dir: str) -> None:
+    """Writes the run's settings, with the file and sha256 of a model by import path."""
     path = layout.join(train_dir, layout.TRAIN_CONFIG_FILE)
-    with_retries(lambda: config.write(path), f"writing {path}")
+    document = {**config.to_dict(), **user_model.source(config.model)}
+    with_retries(lambda: atomic.write_json_atomic(path, document), f"writing {path}")
 
 
 def write_history(train_dir: str, history: dict[str, Any]) -> None:

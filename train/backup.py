@@ -30,7 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import atomic, layout
-from train import artifacts, cluster
+from train import artifacts, cluster, user_model
 from train.config import ConfigError, TrainConfig
 from train.data import input_description
 
@@ -126,7 +126,18 @@ def fingerprint(
         "shard_set": data,
         "input": reading,
         "kernels": cluster.kernel_library(),
+        **model_code(config),
     }
+
+
+def model_code(config: TrainConfig) -> dict[str, Any]:
+    """A model by import path's hparams and its module's content hash (nothing for a built-in
+    model): a resume or a worker with other model code is refused like one with other
+    settings. The file's path stays out: a container may see the same module at another path."""
+    source = user_model.source(config.model)
+    if not source:
+        return {}
+    return {"hparams": config.hparams, "model_sha256": source["model_sha256"]}
 
 
 def backup_dir(train_dir: str) -> str:

@@ -59,6 +59,9 @@ class TrainConfig:
     # softmax and loss (train.models); the exported model keeps the policy. "auto" is
     # resolved to one of them before any worker starts (resolved()).
     precision: str = "float32"
+    # Passed to a model given by import path (and to its optimizer and loss hooks) as a dict;
+    # JSON on the command line (--hparams '{"width": 64}'). Built-in models take none.
+    hparams: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -101,6 +104,8 @@ class TrainConfig:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
         if not self.collective_timeout_seconds > 0:
             raise ConfigError("collective_timeout_seconds must be positive")
+        if not isinstance(self.hparams, dict) or not all(isinstance(k, str) for k in self.hparams):
+            raise ConfigError(f"hparams must be a JSON object, got {self.hparams!r}")
 
     def resolved(self, cpu_flags: frozenset[str] | None = None) -> TrainConfig:
         """This config with precision "auto" replaced by the policy it stands for here:

@@ -8,6 +8,7 @@ by `python -m train launch --backend`; the restart logic is the same for both.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -153,13 +154,17 @@ def check_port_free(port: int) -> None:
 
 
 def preflight(config: TrainConfig, num_workers: int) -> None:
-    """Checks settings, model name and the manifest before any worker starts.
+    """Checks settings, the model (a model by import path is built once) and the manifest
+    before any worker starts.
 
     Each worker still verifies its own files' checksums itself.
     """
-    from train.worker import check_settings  # TF loads only once inputs need checking
+    from train.models import check_builds  # TF loads only once inputs need checking
+    from train.worker import check_settings
 
-    check_settings(config, manifest.read_manifest(config.data_dir), num_workers)
+    shard_manifest = manifest.read_manifest(config.data_dir)
+    check_settings(config, shard_manifest, num_workers)
+    check_builds(config, shard_manifest)
 
 
 def _last_error_line(path: str) -> str:
@@ -279,7 +284,8 @@ def worker_argv(config: TrainConfig) -> list[str]:
     """The command line that runs one worker with `config`."""
     argv = [sys.executable, "-m", "train", "worker"]
     for name, value in config.to_dict().items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+        text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+        argv += [f"--{name.replace('_', '-')}", text]
     return argv
 
 

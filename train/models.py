@@ -1,13 +1,17 @@
-"""The model registry: architectures chosen by name, each taking raw 0-255 pixels to softmax."""
+"""The model registry: built-in architectures by short name, or a user's model function by import
+path (`package.module:function`, train.user_model); each takes raw 0-255 pixels to softmax."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tf_keras as keras
 
-from train.config import ConfigError
+from train import user_model
+from train.config import ConfigError, TrainConfig
+from train.user_model import InputSpec
 
 Builder = Callable[[Sequence[int], int], keras.Model]
 
@@ -137,17 +141,108 @@ def for_inference(core: keras.Model, test_time_augment: str) -> keras.Model:
 MODELS: dict[str, Builder] = {"cnn": cnn, "cnn2": cnn2, "cnn3": cnn3, "mlp": mlp}
 
 
-def check_name(name: str) -> None:
-    """Raises ConfigError naming the known models when `name` is not one of them."""
+def check_name(name: str, hparams: dict[str, Any] | None = None) -> None:
+    """Checks that `name` is a built-in model, or a function by import path that imports.
+
+    Raises:
+        ConfigError: naming the known models, or what is wrong with the import path; or
+            hyperparameters given to a built-in model, which takes none.
+    """
+    if user_model.is_import_path(name):
+        user_model.resolve(name)
+        return
     if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
+        raise ConfigError(
+            f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}, or give your "
+            "own as package.module:function (docs/extending.md)"
+        )
+    if hparams:
+        raise ConfigError(
+            f"the built-in model {name!r} takes no hparams (got {', '.join(sorted(hparams))}): "
+            "they are for a model given as package.module:function"
+        )
+
+
+def check_settings(config: TrainConfig) -> None:
+    """Checks the model setting, its hparams and how its hooks go with the other settings.
+
+    Raises:
+        ConfigError: see `check_name`; or label smoothing asked of a module with its own loss.
+    """
+    check_name(config.model, config.hparams)
+    if config.label_smoothing > 0 and user_model.has_loss_hook(config.model):
+        raise ConfigError(
+            f"label_smoothing is for the built-in loss, and {config.model} comes with its own "
+            f"{user_model.LOSS_HOOK}: set label_smoothing 0 and smooth in that loss"
+        )
 
 
 def build(
-    name: str, image_shape: Sequence[int], num_classes: int, precision: str = "float32"
+    name: str,
+    image_shape: Sequence[int],
+    num_classes: int,
+    precision: str = "float32",
+    hparams: dict[str, Any] | None = None,
+    class_names: Sequence[str] = (),
 ) -> keras.Model:
-    """Builds the named model under the dtype policy `precision` (call inside
-    `strategy.scope()`). The policy is Keras's global one: it is set here for every model."""
-    check_name(name)
+    """Builds the named model, or calls the function `name` imports, under the dtype policy
+    `precision` (call inside `strategy.scope()`). The policy is Keras's global one: it is set
+    here for every model.
+
+    Raises:
+        ConfigError: an unknown name, or a function by import path that fails or returns no
+            model of the right shapes.
+    """
+    check_name(name, hparams)
     keras.mixed_precision.set_global_policy(precision)
+    if user_model.is_import_path(name):
+        names = tuple(class_names) or tuple(str(i) for i in range(num_classes))
+        spec = InputSpec(tuple(image_shape), user_model.INPUT_DTYPE, num_classes, names)
+        return user_model.build(name, spec, hparams or {})
     return MODELS[name](image_shape, num_classes)
+
+
+def check_builds(config: TrainConfig, shard_manifest: dict[str, Any]) -> None:
+    """Builds a model by import path once, with its optimizer and loss hooks, and drops them,
+    so that a function that fails or returns something else is found before any worker starts.
+
+    Raises:
+        ConfigError: see `build`.
+    """
+    check_name(config.model, config.hparams)
+    if not user_model.is_import_path(config.model):
+        return
+    try:
+        build_for_run(config, shard_manifest)
+        optimizer(config, config.learning_rate)
+        loss(config)
+    finally:
+        keras.backend.clear_session()
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def build_for_run(config: TrainConfig, shard_manifest: dict[str, Any]) -> keras.Model:
+    """The run's model on the shard set's input spec (call inside `strategy.scope()`)."""
+    spec = InputSpec.from_manifest(shard_manifest)
+    return build(
+        config.model,
+        spec.shape,
+        spec.num_classes,
+        config.precision,
+        config.hparams,
+        spec.class_names,
+    )
+
+
+def optimizer(config: TrainConfig, learning_rate: Any) -> keras.optimizers.Optimizer | None:
+    """The optimizer of a model by import path's `build_optimizer` hook; None for the default."""
+    if not user_model.is_import_path(config.model):
+        return None
+    return user_model.optimizer(config.model, learning_rate, config.hparams)
+
+
+def loss(config: TrainConfig) -> Any | None:
+    """The loss of a model by import path's `build_loss` hook; None for the default."""
+    if not user_model.is_import_path(config.model):
+        return None
+    return user_model.loss(config.model, config.hparams)

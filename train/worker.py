@@ -26,7 +26,7 @@ def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_work
         ConfigError: naming the setting that is wrong and what to do.
     """
     config.check()
-    models.check_name(config.model)
+    models.check_settings(config)
     if shard_manifest["num_workers"] != num_workers:
         raise ConfigError(
             f"num_workers is {num_workers} but the shard set in {config.data_dir} was cut for "
@@ -103,22 +103,19 @@ def build_trainer(
     flips) and the compiled training wrapper, all made inside the scope."""
     image_shape = shard_manifest["image_shape"]
     with strategy.scope():
-        core = models.build(
-            config.model, image_shape, shard_manifest["num_classes"], config.precision
-        )
+        core = models.build_for_run(config, shard_manifest)
         exported = models.for_inference(core, config.test_time_augment)
         trainer = Trainer(
             core,
             config.histogram_freq_steps,
             cluster.timed_collectives(config.collective_timeout_seconds),
         )
+        rate = learning_rate(
+            config, data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
+        )
         trainer.compile(
-            optimizer=keras.optimizers.Adam(
-                learning_rate(
-                    config, data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
-                )
-            ),
-            loss=loss(config, shard_manifest["num_classes"]),
+            optimizer=models.optimizer(config, rate) or keras.optimizers.Adam(rate),
+            loss=models.loss(config) or loss(config, shard_manifest["num_classes"]),
             metrics=["accuracy"],
         )
         trainer.build((None, *image_shape))
