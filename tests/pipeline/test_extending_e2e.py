@@ -97,6 +97,8 @@ def test_the_walk_through_trains_the_users_model_to_a_blessing(tmp_path, image_f
     assert sorted(metrics["per_class"]) == ["bar", "column", "square"]
     blessing = read_json(run / "evaluate" / layout.BLESSING_FILE)
     assert blessing["blessed"] is True, blessing
+    # Exported for serving, custom layer and all: the export loads and checks it itself.
+    assert list((tmp_path / "serving" / "nightly").glob("*/saved_model.pb"))
 
 
 def test_a_missing_model_function_is_refused_before_anything_runs(tmp_path, image_folder):
