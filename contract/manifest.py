@@ -24,9 +24,22 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
       },
       "files": [{"path": str (relative), "split": str, "worker": int | null,
                  "num_examples": int, "sha256": str, "size_bytes": int}, ...],
+      "statistics": {"path": "statistics.pb", "format": str, "sha256": str, "size_bytes": int}
+                    (tensorflow-metadata DatasetFeatureStatisticsList of the data: "train" =
+                    the train and validation splits, "eval"; absent in older shard sets),
+      "drops": {"patterns": {split: [pattern, ...]}, "window_days": int,
+                "days": [YYYY-MM-DD, ...] (the window, oldest first), "days_read": [...],
+                "missing_days": [...],
+                "files": [{"path": str (as read), "split": str, "date": str | null (null:
+                           an undated pattern's file), "num_examples": int, "sha256": str,
+                           "size_bytes": int}, ...]} (only for drops: datasets),
       "code_version": str,
       "created_utc": str
     }
+
+Beside it the data gate (pipeline/data_gate_task.py, `python -m preprocess.data_gate`) writes
+`anomalies.json` (what its checks found) and, last, `data_gate.json` (its verdict), and keeps
+the schema the data is checked against in `<output_root>/data_gate/schema.pbtxt`.
 """
 
 from __future__ import annotations
@@ -38,6 +51,14 @@ import tensorflow as tf
 from contract import atomic, layout
 
 SCHEMA_VERSION = 1
+STATISTICS_KEY = "statistics"
+STATISTICS_FILE = "statistics.pb"
+DROPS_KEY = "drops"
+# The data gate's files: in the shard set's folder, and (the schema) under the output root.
+ANOMALIES_FILE = "anomalies.json"
+DATA_GATE_FILE = "data_gate.json"
+SCHEMA_DIR = "data_gate"
+SCHEMA_FILE = "schema.pbtxt"
 REQUIRED_KEYS = (
     "schema_version",
     "dataset",

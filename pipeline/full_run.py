@@ -38,6 +38,7 @@ SHARD_SET_PARAMETERS = (
     "train_split",
     "eval_split",
     "eval_fraction",
+    "window_days",
     "resize",
     "image_feature",
     "label_feature",

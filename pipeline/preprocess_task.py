@@ -34,6 +34,7 @@ def preprocess_args(
     image_feature: str = "image",
     label_feature: str = "label",
     raw_image_shape: str = "",
+    window_days: int | None = None,
 ) -> list[str]:
     """The arguments after `python -m preprocess` (a container executor prepends its own)."""
     args = [
@@ -54,6 +55,8 @@ def preprocess_args(
         f"--label_feature={label_feature}",
         f"--raw_image_shape={raw_image_shape}",
     ]
+    if window_days is not None:
+        args.append(f"--window_days={window_days}")
     if manual_dir:
         args.append(f"--manual_dir={manual_dir}")
     if manual_checksums:
@@ -96,6 +99,12 @@ class Preprocess(RunTask):
         default=0.1,
         description="Share of the train split held out for evaluation when the dataset has "
         "no test split, in (0, 1); cut by the seed's hash, like validation.",
+    )
+    window_days = luigi.OptionalIntParameter(
+        default=None,
+        description="drops: datasets: train on the last N days of drops up to and including "
+        "the run's date (earlier days without files are listed in the manifest; the run's own "
+        "day without files fails the run). Empty: the run's own day only.",
     )
     resize = luigi.Parameter(
         default="",
@@ -160,6 +169,7 @@ class Preprocess(RunTask):
                 image_feature=self.image_feature,
                 label_feature=self.label_feature,
                 raw_image_shape=self.raw_image_shape,
+                window_days=self.window_days,
             ),
         ]
 

@@ -28,6 +28,7 @@ class PreprocessConfig:
     train_split: str = "train"
     eval_split: str = DEFAULT_EVAL_SPLIT
     eval_fraction: float = 0.1
+    window_days: int | None = None
     resize: str = ""
     image_feature: str = "image"
     label_feature: str = "label"
@@ -171,6 +172,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.eval_fraction,
         help=f"share of the train split held out for evaluation when the dataset has no "
         f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1)",
+    )
+    parser.add_argument(
+        "--window_days",
+        "--window-days",
+        type=int,
+        default=d.window_days,
+        help="drops: datasets: read the last N days of drops up to and including --date "
+        "(default 1: the run's own day)",
     )
     parser.add_argument(
         "--resize",

@@ -4,6 +4,8 @@
     tfds:my_pkg.my_module[:MyBuilder]   a TFDS builder of the user's, imported by path
     imagefolder:ROOT                    ROOT/<class name>/*.png|jpg (or ROOT/<split>/<class>/...)
     tfrecord:[SPLIT=]PATTERN[,...]      files of tf.train.Example (image and label features)
+    drops:[SPLIT=]PATTERN[,...]         the same, in dated daily drops read as a rolling window
+                                        (PATTERN with {YYYY}, {MM}, {DD}; see preprocess.drops)
 
 Every adapter ends in the same place: a `DatasetSpec` (shape, classes, split sizes) and a
 range reader the Beam job reads chunks through, so sharding, the manifest and evaluation do
@@ -15,26 +17,29 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
+from typing import Any
 
 import tensorflow_datasets as tfds
 
-from preprocess import image_folder, reading, sources, tfrecord_source
+from preprocess import drops, image_folder, reading, sources, tfrecord_source
 from preprocess.config import DEFAULT_EVAL_SPLIT, PreprocessConfig
 from preprocess.errors import BadInputError
 from preprocess.images import ImageShaper
 
 TFDS = "tfds"
-ADAPTERS = (TFDS, image_folder.ADAPTER, tfrecord_source.ADAPTER)
+ADAPTERS = (TFDS, image_folder.ADAPTER, tfrecord_source.ADAPTER, drops.ADAPTER)
 _ADAPTER_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_]*):(.*)", re.DOTALL)
 _VERSION = re.compile(r"[0-9]+(\.[0-9*]+)*")
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """An opened dataset: what it holds, and the reader of its splits' ranges."""
+    """An opened dataset: what it holds, the reader of its splits' ranges, and (daily drops)
+    the manifest's record of the days and files read."""
 
     spec: sources.DatasetSpec
     reader: reading.RangeReader
+    drops: dict[str, Any] | None = None
 
 
 def parse(dataset: str) -> tuple[str, str]:
@@ -103,12 +108,23 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
         )
         return Source(spec, image_folder.ImageFolderReader(listing, shaper, cfg.batch_size))
     fmt = tfrecord_source.ExampleFormat(cfg.image_feature, cfg.label_feature, cfg.raw_shape())
-    scanned = tfrecord_source.open_files(tfrecord_source.parse_patterns(target), fmt)
+    window = None
+    if adapter == drops.ADAPTER:
+        window = drops.select_window(target, cfg)
+        drops.check_files(window, fmt, resize is not None)
+        patterns = window.file_lists()
+    else:
+        patterns = tfrecord_source.parse_patterns(target)
+    scanned = tfrecord_source.open_files(patterns, fmt)
     reference, shape = tfrecord_source.reference_image(scanned, fmt, _base(cfg.train_split))
     shaper = ImageShaper(reference, shape, resize)
     sizes = {split: sum(count for _, count in files) for split, files in scanned.files.items()}
     spec = _spec(cfg.dataset, adapter, scanned.version, shaper, scanned.class_names, sizes)
-    return Source(spec, tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size))
+    reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size)
+    if window is None:
+        return Source(spec, reader)
+    counts = {path: count for files in scanned.files.values() for path, count in files}
+    return Source(spec, reader, drops.describe(window, counts, drops.window_days(cfg)))
 
 
 def _base(split_expression: str) -> str:

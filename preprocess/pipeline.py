@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import logging
 import os
 from typing import Any
@@ -13,8 +14,18 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout, records, run_lock, storage
-from preprocess import dask_support, datasets, plan, reading, shard_set, sources, transforms
+from contract import atomic, layout, manifest, records, run_lock, storage
+from preprocess import (
+    dask_support,
+    datasets,
+    drops,
+    plan,
+    reading,
+    shard_set,
+    sources,
+    statistics,
+    transforms,
+)
 from preprocess.config import PreprocessConfig, add_arguments, config_from_args
 from preprocess.errors import BadInputError, PreprocessError, from_runner_failure
 
@@ -154,6 +165,13 @@ def _build_pipeline(
     _ = (
         chunks
         | "Shard" >> transforms.ShardSplits(plans_and_bits, cfg.seed, staging, reader)
+        | "CountFileStatistics"
+        >> beam.Map(
+            statistics.file_counts,
+            staging_dir=staging,
+            image_shape=spec.image_shape,
+            num_classes=len(spec.class_names),
+        )
         | "ListEntries" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
         | "WriteFileList"
         >> beam.Map(lambda e: atomic.write_json_atomic(layout.join(staging, FILES_LIST), e))
@@ -254,6 +272,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
     storage.check_supported(cfg.output_root)
     storage.check_supported(cfg.data_dir, "TFDS data dir")
     cfg.check()
+    drops.check_config(cfg, datasets.parse(cfg.dataset)[0])
     beam_args = list(beam_args or [])
     options = beam_options(beam_args)
     data_dir = layout.data_dir(absolute(cfg.output_root), cfg.date)
@@ -291,15 +310,33 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
                 f"the runner finished without writing the file list {files_path}: "
                 "it skipped the job's last step; nothing published"
             )
-        files = atomic.read_json(files_path)
+        counted = atomic.read_json(files_path)
+        files = [{k: v for k, v in f.items() if k != statistics.STATISTICS_KEY} for f in counted]
         check_written(cfg, spec, sizes, files, staging)
         shard_set.keep_only(staging, [f["path"] for f in files])
-        doc = shard_set.build_manifest(cfg, spec, sizes, files)
+        extra = {manifest.STATISTICS_KEY: write_statistics(counted, spec, staging)}
+        if source.drops is not None:
+            extra[manifest.DROPS_KEY] = source.drops
+        doc = shard_set.build_manifest(cfg, spec, sizes, files, extra)
         shard_set.publish(staging, data_dir, doc)
     finally:
         shard_set.remove(staging)
     logging.info("wrote %d files and %s", len(doc["files"]), manifest_path)
     return doc
+
+
+def write_statistics(
+    counted: list[dict[str, Any]], spec: sources.DatasetSpec, staging: str
+) -> dict[str, Any]:
+    """Writes the shard set's statistics file; returns its manifest entry."""
+    data = statistics.build(counted, spec.image_shape)
+    atomic.write_bytes_atomic(layout.join(staging, manifest.STATISTICS_FILE), data)
+    return {
+        "path": manifest.STATISTICS_FILE,
+        "format": "tensorflow_metadata DatasetFeatureStatisticsList (binary)",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_bytes": len(data),
+    }
 
 
 def absolute(path: str) -> str:

@@ -139,6 +139,7 @@ def build_manifest(
     spec: sources.DatasetSpec,
     sizes: dict[str, int],
     files: list[dict[str, Any]],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest document (schema in contract.manifest) of a written shard set.
 
@@ -148,6 +149,7 @@ def build_manifest(
         sizes: examples read per source role ("train", and "eval" unless it was held out of
             the train split).
         files: the written files' entries.
+        extra: further top-level sections (the statistics file, the drops read).
 
     Raises:
         PreprocessError: the written counts disagree with the dataset's split sizes.
@@ -208,6 +210,7 @@ def build_manifest(
             layout.EVAL_SPLIT: {"num_examples": counts[layout.EVAL_SPLIT]},
         },
         "files": sorted(files, key=lambda f: f["path"]),
+        **(extra or {}),
         "code_version": code_version(),
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(),
     }
@@ -239,10 +242,13 @@ def publish(staging: str, final: str, doc: dict[str, Any]) -> None:
         atomic.write_json_atomic(layout.join(staging, layout.MANIFEST_FILE), doc)
         os.rename(staging, final)
     else:
-        for entry in doc["files"]:
-            target = layout.join(final, entry["path"])
+        paths = [entry["path"] for entry in doc["files"]]
+        if manifest.STATISTICS_KEY in doc:
+            paths.append(doc[manifest.STATISTICS_KEY]["path"])
+        for path in paths:
+            target = layout.join(final, path)
             tf.io.gfile.makedirs(posixpath.dirname(target))
-            tf.io.gfile.rename(layout.join(staging, entry["path"]), target, overwrite=True)
+            tf.io.gfile.rename(layout.join(staging, path), target, overwrite=True)
         atomic.write_json_atomic(layout.join(final, layout.MANIFEST_FILE), doc)
         remove(staging)
     remove(old)

@@ -247,6 +247,21 @@ def decode_image(data: bytes, fmt: ExampleFormat, channels: int, source: str) ->
     return np.frombuffer(data, np.uint8).reshape(fmt.raw_image_shape)
 
 
+def describe_first_record(path: str, fmt: ExampleFormat) -> tuple[str | None, list[int]]:
+    """(label kind, image [H, W, C]) of a file's first record; (None, []) for an empty file.
+
+    Raises:
+        BadInputError: the file is corrupt, or its first record lacks a feature, has one of an
+            unusable type, or an image that does not decode; naming the file.
+    """
+    example = _first_example(path)
+    if example is None:
+        return None, []
+    kind = _label_kind(path, example, fmt)
+    data = example.features.feature[fmt.image_feature].bytes_list.value[0]
+    return kind, list(decode_image(data, fmt, 0, f"the first record of {path}").shape)
+
+
 def reference_image(
     scanned: TFRecordFiles, fmt: ExampleFormat, train_split: str
 ) -> tuple[str, list[int]]:
