@@ -9,8 +9,8 @@ import luigi
 from contract import import_path, layout
 from contract.messages import error_line
 from pipeline import config, runner
+from pipeline.data_gate_task import DataGate
 from pipeline.params import RunTask
-from pipeline.preprocess_task import Preprocess
 from pipeline.targets import GFileTarget
 
 STAGE_LOG_FILE = "train.log"
@@ -122,7 +122,8 @@ class Train(RunTask):
     )
 
     def requires(self) -> luigi.Task:
-        return Preprocess(**self.shared_params())
+        # The shard set, once the data gate has let it through.
+        return DataGate(**self.shared_params())
 
     def complete(self) -> bool:
         # luigi asks before it schedules anything: a model by import path whose module or

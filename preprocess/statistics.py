@@ -153,10 +153,16 @@ def to_proto(
     return out
 
 
+def from_counts(
+    entries: list[dict[str, Any]], image_shape: list[int]
+) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """The statistics list of counted file entries (`file_counts`), one dataset per part."""
+    return to_proto({name: merge(entries, splits) for name, splits in PARTS.items()}, image_shape)
+
+
 def build(entries: list[dict[str, Any]], image_shape: list[int]) -> bytes:
-    """The serialised statistics list of the counted file entries."""
-    parts = {name: merge(entries, splits) for name, splits in PARTS.items()}
-    return to_proto(parts, image_shape).SerializeToString(deterministic=True)
+    """The serialised statistics list of counted file entries."""
+    return from_counts(entries, image_shape).SerializeToString(deterministic=True)
 
 
 def read(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:

@@ -259,7 +259,7 @@ def describe_first_record(path: str, fmt: ExampleFormat) -> tuple[str | None, li
         return None, []
     kind = _label_kind(path, example, fmt)
     data = example.features.feature[fmt.image_feature].bytes_list.value[0]
-    return kind, list(decode_image(data, fmt, 0, f"the first record of {path}").shape)
+    return kind, list(decode_image(data, fmt, 0, path).shape)
 
 
 def reference_image(

@@ -1,0 +1,170 @@
+"""The data gate: schema inferred on the first night and kept, drift against the previous
+night, the anomalies file, and the operator's override."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from contract import atomic, layout, manifest
+from contract.messages import EXIT_BAD_INPUT
+from preprocess import data_gate, statistics
+from preprocess.errors import BadInputError
+from tests import factories
+
+THRESHOLDS = data_gate.Thresholds(label_drift=0.1, pixel_mean_shift=0.1, pixel_stddev_shift=0.1)
+BALANCED = [100] * 10
+
+
+def pixel_histogram(mean: float, spread: float = 60.0) -> list[int]:
+    """Counts of pixel values 0-255 around `mean`."""
+    values = np.clip(np.round(np.random.default_rng(0).normal(mean, spread, 200_000)), 0, 255)
+    return np.bincount(values.astype(np.int64), minlength=256).tolist()
+
+
+def write_night(
+    root: pathlib.Path,
+    date: str,
+    label_counts: list[int] = BALANCED,
+    mean: float = 80.0,
+    pixels_per_image: int = 784,
+) -> str:
+    """A data folder whose manifest names a statistics file of these counts."""
+    histogram = np.asarray(pixel_histogram(mean))
+    examples = sum(label_counts)
+    # Scale the pixel counts to `examples` images of `pixels_per_image` pixels.
+    histogram = np.round(histogram / histogram.sum() * examples * pixels_per_image).astype(int)
+    histogram[0] += examples * pixels_per_image - histogram.sum()
+    values = np.arange(256)
+    counts = {
+        "examples": examples,
+        "pixel_sum": int((values * histogram).sum()),
+        "pixel_square_sum": int((values * values * histogram).sum()),
+        "pixel_histogram": histogram,
+        "label_counts": np.asarray(label_counts),
+    }
+    shape = [pixels_per_image // 28, 28, 1]
+    data = statistics.to_proto({"train": counts}, shape).SerializeToString()
+    data_dir = layout.data_dir(str(root), date)
+    pathlib.Path(data_dir).mkdir(parents=True)
+    atomic.write_bytes_atomic(layout.join(data_dir, manifest.STATISTICS_FILE), data)
+
+    doc = {
+        "schema_version": manifest.SCHEMA_VERSION,
+        "dataset": {"name": "test"},
+        "num_workers": 1,
+        "image_shape": shape,
+        "num_classes": len(label_counts),
+        "class_names": [str(i) for i in range(len(label_counts))],
+        "splits": {},
+        "files": [],
+        "statistics": {
+            "path": manifest.STATISTICS_FILE,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size_bytes": len(data),
+        },
+    }
+    atomic.write_json_atomic(layout.join(data_dir, layout.MANIFEST_FILE), doc)
+    return data_dir
+
+
+def read(path: str) -> dict:
+    return json.loads(pathlib.Path(path).read_text())
+
+
+def test_first_night_infers_the_schema_and_later_nights_keep_it(tmp_path):
+    first = write_night(tmp_path, "2026-01-01")
+    verdict = data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    kept = tmp_path / "data_gate" / "schema.pbtxt"
+    schema = text_format.Parse(kept.read_text(), schema_pb2.Schema())
+    features = {f.name: f for f in schema.feature}
+    assert set(features) == {"image", "label"}
+    assert features["image"].value_count.min == features["image"].value_count.max == 784
+    assert (features["label"].int_domain.min, features["label"].int_domain.max) == (0, 9)
+    assert verdict["status"] == "passed" and verdict["schema"]["inferred_now"] is True
+    assert verdict["baseline_date"] is None
+    assert read(layout.join(first, "anomalies.json"))["anomalies"] == []
+    assert read(layout.join(first, "data_gate.json")) == verdict
+
+    text = kept.read_text() + "\n# kept by hand\n"
+    kept.write_text(text)
+    write_night(tmp_path, "2026-01-02", [101] * 5 + [99] * 5, mean=80.5)
+    verdict = data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+    assert verdict["schema"]["inferred_now"] is False and kept.read_text() == text
+    assert verdict["baseline_date"] == "2026-01-01" and verdict["status"] == "passed"
+    assert verdict["measures"]["label_linf"] == pytest.approx(0.001)
+    assert 0 < verdict["measures"]["pixel_mean_shift"] < 0.1
+
+
+def test_drifted_labels_stop_the_night_and_the_override_lets_them_through(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    night = write_night(tmp_path, "2026-01-02", [400] + [67] * 9)  # class 0: 10% -> 40%
+    with pytest.raises(BadInputError) as refused:
+        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+    message = str(refused.value)
+    assert message.startswith("data gate: the label distribution moved by L-infinity 0.2")
+    assert "since 2026-01-01" in message and "--DataGate-accept-anomalies" in message
+    report = read(layout.join(night, "anomalies.json"))
+    assert [a["check"] for a in report["anomalies"]] == ["label_drift"]
+    assert report["anomalies"][0]["value"] == pytest.approx(400 / 1003 - 0.1)
+    assert report["accepted"] is False
+    assert not pathlib.Path(night, "data_gate.json").exists()
+
+    verdict = data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS, accept_anomalies=True)
+    assert verdict["status"] == "accepted" and verdict["anomalies"] == 1
+    assert read(layout.join(night, "anomalies.json"))["accepted"] is True
+
+
+def test_a_night_is_compared_with_the_latest_earlier_passed_night(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    write_night(tmp_path, "2026-01-02", [400] + [67] * 9)  # refused: never a baseline
+    with pytest.raises(BadInputError):
+        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+    write_night(tmp_path, "2026-01-05")  # a later night does not count for an earlier one
+    data_gate.run_gate(str(tmp_path), "2026-01-05", THRESHOLDS)
+    write_night(tmp_path, "2026-01-03")
+    assert data_gate.run_gate(str(tmp_path), "2026-01-03", THRESHOLDS)["baseline_date"] == (
+        "2026-01-01"
+    )
+
+
+def test_pixel_shift_and_another_image_shape_are_anomalies(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    night = write_night(tmp_path, "2026-01-02", mean=120.0, pixels_per_image=28 * 32)
+    with pytest.raises(BadInputError, match=r"\(and 1 more\)"):
+        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+    found = read(layout.join(night, "anomalies.json"))["anomalies"]
+    assert [(a["check"], a["feature"]) for a in found] == [
+        ("schema", "image"), ("pixel_mean_shift", "image"),
+    ]  # fmt: skip
+    assert "has 896-896 values an example, the schema 784-784" in found[0]["description"]
+
+
+def test_a_shard_set_without_statistics_is_counted_from_its_files(tmp_path):
+    data_dir = layout.data_dir(str(tmp_path), "2026-01-01")
+    factories.write_shard_set(data_dir, per_worker=16, num_validation=8, num_eval=8)
+    verdict = data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    assert verdict["status"] == "passed"
+    stats = data_gate.read_statistics(data_dir)
+    assert data_gate.train_statistics(stats, data_dir).num_examples == 40
+
+
+def test_command_line_refuses_drift_in_one_line(tmp_path, capsys):
+    write_night(tmp_path, "2026-01-01")
+    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    write_night(tmp_path, "2026-01-02", [400] + [67] * 9)
+    argv = ["--output_root", str(tmp_path), "--date", "2026-01-02"]
+    assert data_gate.main(argv) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: data gate: the label distribution")
+    assert data_gate.main([*argv, "--label_drift_threshold", "0.5"]) == 0
+    assert "data gate passed: 0 anomalies, previous night 2026-01-01" in capsys.readouterr().out
