@@ -11,7 +11,7 @@ import sys
 
 import luigi
 
-from contract import layout, manifest
+from contract import atomic, layout, manifest
 from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
@@ -73,8 +73,25 @@ class DataGate(RunTask):
         logs = layout.logs_dir(self.output_root, self.date_str)
         runner.run_stage(
             self,
-            "data gate",
+            "data-gate",
             self.command(),
             layout.join(logs, STAGE_LOG_FILE),
             container=config.container_settings(),
         )
+        print(f"[data-gate] {verdict_line(atomic.read_json(self.output().path))}",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def verdict_line(verdict: dict) -> str:
+    """`passed against 2026-01-01 (label L-inf 0.0123, pixel mean shift 0.0040, ...)`."""
+    if verdict.get("baseline_date") is None:
+        against = (
+            "on its first night (schema inferred)"
+            if verdict["schema"]["inferred_now"]
+            else ("with no earlier night to compare")
+        )
+    else:
+        measures = ", ".join(f"{k} {v:.4f}" for k, v in sorted(verdict["measures"].items()))
+        against = f"against {verdict['baseline_date']} ({measures})"
+    accepted = f", {verdict['anomalies']} anomalies accepted" if verdict["anomalies"] else ""
+    return f"{verdict['status']} {against}{accepted}"

@@ -77,6 +77,7 @@ def test_two_nights_on_a_rolling_window_of_drops(drop_folder, tmp_path):
     assert held == 2 * PER_DAY
     gate = read(root / "2026-01-02" / "data" / "data_gate.json")
     assert gate["baseline_date"] == "2026-01-01" and gate["schema"]["inferred_now"] is False
+    assert "[data-gate] passed against 2026-01-01 (label_linf " in second.stderr
     metrics = read(root / "2026-01-02" / "evaluate" / "metrics.json")
     assert metrics["num_examples"] == 200  # the fixed test files, the same both nights
 

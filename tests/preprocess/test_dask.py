@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from contract import layout
+from contract import layout, manifest
 from preprocess import dask_cluster, run_preprocess
 from tests import factories
 from tests.preprocess.test_stage import data_dir_of, file_bytes
@@ -66,7 +66,7 @@ def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config,
         for root, _, names in os.walk(data_dir_of(on_dask))
         for name in names
     )
-    assert published == sorted([*a, layout.MANIFEST_FILE])
+    assert published == sorted([*a, layout.MANIFEST_FILE, manifest.STATISTICS_FILE])
     assert sorted(os.listdir(os.path.dirname(data_dir_of(on_dask)))) == ["data"]
     # The workers ran the code the client shipped, not a copy they found on their own.
     from distributed import Client

@@ -248,5 +248,7 @@ def test_a_retried_write_leaves_no_partial_or_duplicate_file(make_config, monkey
         for root, _, names in os.walk(data_dir)
         for name in names
     )
-    assert on_disk == sorted([f["path"] for f in doc["files"]] + [layout.MANIFEST_FILE])
+    assert on_disk == sorted(
+        [f["path"] for f in doc["files"]] + [layout.MANIFEST_FILE, manifest.STATISTICS_FILE]
+    )
     assert manifest.verify(data_dir) == doc

@@ -1,0 +1,60 @@
+"""The DataGate task: where it sits in the DAG, the command it runs, its settings in luigi.cfg."""
+
+from __future__ import annotations
+
+import configparser
+import datetime
+import sys
+
+from pipeline import DataGate, Preprocess, Train
+from pipeline.data_gate_task import verdict_line
+from tests.factories import PROJECT_ROOT
+
+SHARED = {
+    "date": datetime.date(2026, 1, 2),
+    "output_root": "runs",
+    "dataset": "fashion_mnist",
+    "num_workers": 2,
+}
+
+
+def test_the_gate_sits_between_preprocess_and_train():
+    assert Train(**SHARED).requires() == DataGate(**SHARED)
+    assert DataGate(**SHARED).requires() == Preprocess(**SHARED)
+    assert DataGate(**SHARED).output().path == "runs/2026-01-02/data/data_gate.json"
+
+
+def test_command_maps_the_thresholds_and_the_override():
+    task = DataGate(**SHARED, label_drift_threshold=0.25, pixel_mean_shift_threshold=0.5)
+    command = task.command()
+    assert command[:3] == [sys.executable, "-m", "preprocess.data_gate"]
+    assert "--output_root=runs" in command and "--date=2026-01-02" in command
+    assert "--label_drift_threshold=0.25" in command
+    assert "--pixel_mean_shift_threshold=0.5" in command
+    assert "--pixel_stddev_shift_threshold=0.1" in command
+    assert "--accept_anomalies" not in command
+    assert DataGate(**SHARED, accept_anomalies=True).command()[-1] == "--accept_anomalies"
+
+
+def test_luigi_cfg_holds_the_thresholds_and_never_the_override():
+    cfg = configparser.ConfigParser()
+    cfg.read(PROJECT_ROOT / "luigi.cfg")
+    assert set(cfg["DataGate"]) == {
+        "label_drift_threshold", "pixel_mean_shift_threshold", "pixel_stddev_shift_threshold",
+    }  # fmt: skip
+
+
+def test_verdict_line_names_the_baseline_and_the_measures():
+    verdict = {
+        "status": "passed", "baseline_date": "2026-01-01", "anomalies": 0,
+        "measures": {"label_linf": 0.0123, "pixel_mean_shift": 0.004},
+        "schema": {"inferred_now": False},
+    }  # fmt: skip
+    assert verdict_line(verdict) == (
+        "passed against 2026-01-01 (label_linf 0.0123, pixel_mean_shift 0.0040)"
+    )
+    first = {**verdict, "baseline_date": None, "measures": {}, "schema": {"inferred_now": True}}
+    assert verdict_line(first) == "passed on its first night (schema inferred)"
+    assert verdict_line({**verdict, "status": "accepted", "anomalies": 1}).endswith(
+        ", 1 anomalies accepted"
+    )
