@@ -61,6 +61,7 @@ def test_two_nights_on_a_rolling_window_of_drops(drop_folder, tmp_path):
     manifest = read(root / "2026-01-01" / "data" / "manifest.json")
     assert manifest["drops"]["missing_days"] == ["2025-12-31"]
     assert manifest["drops"]["days_read"] == ["2026-01-01"]
+    assert "[preprocess] drops: no files for 2025-12-31 in the 2-day window" in first.stderr
     gate = read(root / "2026-01-01" / "data" / "data_gate.json")
     assert gate["status"] == "passed" and gate["schema"]["inferred_now"] is True
     assert (root / "2026-01-01" / "evaluate" / "metrics.json").is_file()
