@@ -332,11 +332,20 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--output_root", "--output-root", required=True)
+    parser.add_argument(
+        "--output_root", "--output-root", required=True, help="folder of the run dates"
+    )
     parser.add_argument("--date", required=True, help="the run's date, YYYY-MM-DD")
     defaults = Thresholds()
+    helps = {
+        "label_drift": "largest L-infinity distance of the label distributions",
+        "pixel_mean_shift": "largest pixel mean change, in the previous standard deviation",
+        "pixel_stddev_shift": "largest relative change of the pixel standard deviation",
+    }
     for name, value in dataclasses.asdict(defaults).items():
-        parser.add_argument(f"--{name}_threshold", type=float, default=value)
+        parser.add_argument(
+            f"--{name}_threshold", type=float, default=value, help=f"{helps[name]} ({value})"
+        )
     parser.add_argument(
         "--accept_anomalies", action="store_true", help="pass the data whatever is found"
     )
