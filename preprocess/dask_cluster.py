@@ -116,7 +116,7 @@ def start(
 
     scheduler = spawn(
         [*_dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-         "--dashboard-address", ":0", "--scheduler-file", scheduler_file],
+         "--dashboard-address", "127.0.0.1:0", "--scheduler-file", scheduler_file],
         "scheduler",
     )  # fmt: skip
     state = {"scheduler_pid": scheduler.pid, "worker_pids": [], "state_dir": state_dir}
@@ -133,7 +133,8 @@ def start(
         for i in range(workers):
             worker = spawn(
                 [*_dask_command(), "worker", address, "--nworkers", "1",
-                 "--nthreads", str(threads), "--host", "127.0.0.1", "--dashboard-address", ":0",
+                 "--nthreads", str(threads), "--host", "127.0.0.1",
+                 "--dashboard-address", "127.0.0.1:0",  # the dashboard has no authentication
                  "--local-directory", os.path.join(state_dir, f"worker-{i}"),
                  "--name", f"worker-{i}", "--memory-limit", memory_limit],
                 f"worker-{i}",

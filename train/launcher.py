@@ -30,6 +30,7 @@ from contract.messages import (
 )
 from train import cluster
 from train.config import ConfigError, TrainConfig
+from train.private_network import NamespaceUnavailable, PrivateNetwork
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +69,23 @@ class WorkerBackend(Protocol):
 
 
 class LocalProcessBackend:
-    """Workers as local processes on loopback ports, each logging to its own file."""
+    """Workers as local processes on loopback ports, each logging to its own file.
 
-    def __init__(self, worker_argv: list[str], log_dir: str, ports: list[int] | None = None):
+    With a `network`, every worker runs inside that private network namespace, where its
+    gRPC server (which listens on every interface) is reachable from the cluster only.
+    """
+
+    def __init__(
+        self,
+        worker_argv: list[str],
+        log_dir: str,
+        ports: list[int] | None = None,
+        network: PrivateNetwork | None = None,
+    ):
         self.worker_argv = worker_argv
         self.log_dir = log_dir
         self.ports = ports
+        self.network = network
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def addresses(self, num_workers: int) -> list[str]:
@@ -97,6 +109,10 @@ class LocalProcessBackend:
             "TF_USE_LEGACY_KERAS": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        # A worker outliving a SIGKILLed launcher would hold its port, blocking a rerun.
+        preexec = processes.signal_when_parent_dies(signal.SIGKILL)
+        if self.network is not None:
+            preexec = self.network.preexec(preexec)
         with open(self.log_path(worker_index), "ab") as log_file:
             log_file.write(f"=== attempt {attempt} worker {worker_index} ===\n".encode())
             log_file.flush()
@@ -106,8 +122,7 @@ class LocalProcessBackend:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                # A worker outliving a SIGKILLed launcher would hold its port, blocking a rerun.
-                preexec_fn=processes.signal_when_parent_dies(signal.SIGKILL),
+                preexec_fn=preexec,
                 pass_fds=run_lock.held_fds(),  # the date stays locked until every worker is gone
             )
 
@@ -126,7 +141,36 @@ class LocalProcessBackend:
             process.wait()
 
     def close(self) -> None:
-        """Nothing to release: each worker dies with its process (and with the launcher)."""
+        """Ends the private network's holder; each worker dies with the launcher anyway."""
+        if self.network is not None:
+            self.network.close()
+            self.network = None
+
+
+def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
+    """The private network namespace for a local cluster, or None (with a warning) where the
+    workers must keep the host's network or this machine cannot make one.
+
+    Workers of a gs:// run reach the store through the host's network, which a namespace
+    with loopback only would cut off (an emulator on the host's loopback too).
+    """
+    remote = [path for path in (config.data_dir, config.train_dir) if storage.is_remote(path)]
+    exposed = (
+        "the workers' gRPC ports (no authentication) listen on every interface of this host "
+        "while they train: keep them closed to other hosts with a firewall"
+    )
+    if remote:
+        logger.warning(
+            "workers keep the host's network to reach %s: %s", " and ".join(remote), exposed
+        )
+        return None
+    try:
+        network = PrivateNetwork.create()
+    except NamespaceUnavailable as e:
+        logger.warning("no private network namespace for the workers (%s): %s", e, exposed)
+        return None
+    logger.info("workers run in a private network namespace (holder pid %d)", network.holder_pid)
+    return network
 
 
 def free_ports(count: int) -> list[int]:
@@ -341,7 +385,9 @@ def launch(
     check_launch_settings(num_workers, max_restarts, ports)
     preflight(config, num_workers)
     if backend is None:
-        backend = LocalProcessBackend(worker_argv(config), log_dir_for(config, log_dir), ports)
+        backend = LocalProcessBackend(
+            worker_argv(config), log_dir_for(config, log_dir), ports, private_network_for(config)
+        )
     # On SIGTERM (e.g. from Luigi), unwind through run_cluster's finally to stop the workers.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -1,0 +1,118 @@
+"""Local training workers are reachable from their own cluster only: no gRPC port of theirs
+listens on any address of the host while they train."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from tests.factories import PROJECT_ROOT
+from tests.train.conftest import launch_argv, train_env, write_small_shard_set
+from train.config import TrainConfig
+from train.launcher import free_ports, private_network_for
+from train.private_network import NamespaceUnavailable, PrivateNetwork
+
+TCP_LISTEN = "0A"
+
+
+def _listening(tables: list[str], port: int) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} shows them) listening on `port`."""
+    found = []
+    for table in tables:
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                address, hex_port = fields[1].rsplit(":", 1)
+                if int(hex_port, 16) == port and fields[3] == TCP_LISTEN:
+                    found.append(address)
+    return found
+
+
+def _host_addresses() -> list[str]:
+    """The host's IPv4 addresses on interfaces other than loopback."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    addresses = [line.split()[3].split("/")[0] for line in out.splitlines()]
+    return [a for a in addresses if not a.startswith("127.")]
+
+
+def _refused(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        code = s.connect_ex((address, port))
+    return code == errno.ECONNREFUSED
+
+
+def _worker_pids(train_dir: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"worker" in argv and train_dir.encode() in argv and b"train" in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def _can_isolate() -> bool:
+    try:
+        PrivateNetwork.create().close()
+    except NamespaceUnavailable:
+        return False
+    return True
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not _host_addresses(), reason="the host has no address besides loopback")
+@pytest.mark.skipif(not _can_isolate(), reason="this machine cannot make network namespaces")
+def test_training_ports_are_unreachable_from_the_host(tmp_path):
+    data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
+    write_small_shard_set(data_dir)
+    ports = free_ports(2)
+    argv = launch_argv(data_dir, train_dir, epochs=40, save_freq_steps=1000)
+    argv += ["--ports", ",".join(map(str, ports))]
+    launch = subprocess.Popen(
+        argv, cwd=PROJECT_ROOT, env=train_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    seen: dict[int, list[str]] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while len(seen) < 2 and launch.poll() is None and time.monotonic() < deadline:
+            for pid in _worker_pids(train_dir):
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    index = 0 if b'"index": 0' in f.read() else 1
+                tables = [f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"]
+                with contextlib.suppress(OSError):  # the worker may have just exited
+                    if addresses := _listening(tables, ports[index]):
+                        seen[index] = addresses
+            time.sleep(0.2)
+        assert len(seen) == 2, f"the workers never listened: {launch.stderr}"
+        # The workers do listen on their ports (on every address of their own network) ...
+        host_tables = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+        for port in ports:
+            # ... but nothing on the host does, and a connection to any host address is refused.
+            assert _listening(host_tables, port) == []
+            for address in [*_host_addresses(), "127.0.0.1"]:
+                assert _refused(address, port), f"{address}:{port} accepts connections"
+        assert launch.poll() is None, "the run ended before the ports were checked"
+    finally:
+        launch.kill()
+        launch.wait()
+
+
+def test_workers_of_a_remote_run_keep_the_host_network_with_a_warning(caplog):
+    config = TrainConfig(data_dir="gs://bucket/runs/2026-01-31/data", train_dir="/tmp/train")
+    with caplog.at_level(logging.WARNING, logger="train.launcher"):
+        assert private_network_for(config) is None
+    assert "gs://bucket/runs/2026-01-31/data" in caplog.text
+    assert "listen on every interface" in caplog.text
