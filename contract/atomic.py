@@ -1,21 +1,61 @@
-"""Writing a file so that readers see either nothing or the whole file."""
+"""Writing a file so that readers see either nothing or the whole file, even after a power loss.
+
+A rename marks a file complete (a stage's completion marker, the latest pointer, a backup's
+state.json). On a local filesystem the rename can reach the disk before the file's bytes do:
+after a power loss the name would then hold an empty or partial file. So the file is fsynced
+before the rename and its folder after it, before anything that relies on it (deleting the
+backup it replaces, say) happens. An object store's upload is durable once it returns.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from typing import Any
 
 import tensorflow as tf
 
+from contract import storage
+
+
+def fsync_path(path: str) -> None:
+    """Flushes a local file's bytes, or a local folder's entries, to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_folder(path: str) -> None:
+    """Makes a local folder's entries (names created, renamed or removed in it) durable."""
+    if not storage.is_remote(path):
+        fsync_path(path or ".")
+
+
+def replace_durably(tmp: str, path: str) -> None:
+    """Renames the complete file `tmp` over `path`, durably.
+
+    Locally: `tmp`'s bytes are flushed before the rename and the folder's entry after it, so
+    after a crash `path` holds either the old file or all of the new one. On a store the
+    rename is the store's (the upload of `tmp` was durable already).
+    """
+    if storage.is_remote(path):
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+        return
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    sync_folder(os.path.dirname(path))
+
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Writes to a temporary sibling, then renames over `path` (atomic on POSIX filesystems)."""
+    """Writes to a temporary sibling, then renames it over `path` (`replace_durably`)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with tf.io.gfile.GFile(tmp, "wb") as f:
         f.write(data)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    replace_durably(tmp, path)
 
 
 def write_json_atomic(path: str, obj: Any) -> None:

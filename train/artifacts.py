@@ -53,11 +53,16 @@ def with_retries(
 
 
 def copy_atomic(source: str, target: str) -> None:
-    """Copies a local file to `target` (any filesystem) through a temporary sibling."""
-    tf.io.gfile.makedirs(os.path.dirname(target))
+    """Copies a local file to `target` (any filesystem) through a temporary sibling, durably
+    (`contract.atomic.replace_durably`)."""
+    folder = os.path.dirname(target)
+    created = not tf.io.gfile.exists(folder)
+    tf.io.gfile.makedirs(folder)
+    if created:
+        atomic.sync_folder(os.path.dirname(folder))  # the new folder's own name
     tmp = f"{target}.tmp-copy"
     tf.io.gfile.copy(source, tmp, overwrite=True)
-    tf.io.gfile.rename(tmp, target, overwrite=True)
+    atomic.replace_durably(tmp, target)
 
 
 def save_final(
@@ -112,7 +117,12 @@ def best_epoch(val_loss: list[float]) -> int:
 
 
 def remove_backup(train_dir: str) -> None:
-    """Drops the backup (and any per-worker temp folder a killed worker left in it) once done."""
+    """Drops the backup (and any per-worker temp folder a killed worker left in it) once done.
+
+    The final files were each made durable as they were written; the train folder's entries
+    are flushed once more here, so a power loss cannot take them and the backup together.
+    """
     path = layout.join(train_dir, layout.BACKUP_DIR)
     if tf.io.gfile.exists(path):
+        atomic.sync_folder(train_dir)
         with_retries(lambda: tf.io.gfile.rmtree(path), f"removing {path}")
