@@ -105,6 +105,37 @@ def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
     return bool(tf.io.gfile.exists(resolve(output_root, metrics)))
 
 
+def model_exists(output_root: str, pointer: dict[str, Any]) -> bool:
+    """Whether the model the pointer names is there (a pointer naming none counts as there)."""
+    model = pointer.get("model_path")
+    if not isinstance(model, str) or not model:
+        return True
+    return bool(tf.io.gfile.exists(resolve(output_root, model)))
+
+
+def problem(output_root: str, pointer: dict[str, Any]) -> str | None:
+    """What is wrong with a pointer, in one sentence, or None when it names what it should.
+
+    A model that is gone (deleted by hand, or moved aside by an older `--force-stage` killed
+    half way) leaves the pointer's accuracy as the only baseline; a metrics file that is
+    missing is an evaluation of that date that has not finished.
+    """
+    date = pointer.get("date", "?")
+    model = pointer.get("model_path")
+    if not model_exists(output_root, pointer):
+        return (
+            f"the latest pointer ({pointer_path(output_root)}) names {date}'s model {model}, "
+            "which is missing: restore it there, or rerun that date's evaluation to bless a "
+            "model that exists"
+        )
+    if not is_complete(output_root, pointer):
+        return (
+            f"the latest pointer names {date}, whose evaluation has not finished (no "
+            f"{pointer.get('metrics_path')}): not compared; rerun that date's evaluation"
+        )
+    return None
+
+
 def _lock_file(output_root: str) -> str:
     folder = storage.local_state_dir(output_root)
     os.makedirs(folder, exist_ok=True)

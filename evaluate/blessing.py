@@ -137,6 +137,7 @@ def decide(
     accuracy: float,
     thresholds: Thresholds,
     baseline: Baseline | None,
+    baseline_problem: str | None = None,
 ) -> dict[str, Any]:
     """Decides whether a run is blessed and says why.
 
@@ -146,6 +147,8 @@ def decide(
         thresholds: the value and change thresholds.
         baseline: the last blessed model scored on the same eval set, or None when no blessed
             run exists yet.
+        baseline_problem: why a latest pointer that exists is no baseline (its model and
+            metrics gone, say), said instead of "first blessing".
 
     Returns:
         The verdict: `blessed`; `checks`, one per threshold applied, each with `value`,
@@ -175,7 +178,10 @@ def decide(
 
     fallback = False
     if baseline is None:
-        reasons.append("no earlier blessed run to compare with (first blessing)")
+        # A pointer that exists but cannot be a baseline is named, never taken for none.
+        reasons.append(
+            baseline_problem or "no earlier blessed run to compare with (first blessing)"
+        )
     elif baseline.accuracy is None:
         fallback = thresholds.has_change_thresholds
         reasons.append(

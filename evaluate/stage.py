@@ -125,6 +125,22 @@ def _baseline(
     )
 
 
+def _baseline_problem(config: EvaluateConfig, current: dict[str, Any] | None) -> str | None:
+    """Why a pointer that exists is no baseline at all (`contract.pointer.problem`).
+
+    None without a pointer, for a complete one (scoring it names what is wrong, see
+    evaluate.baseline) and for this date's own evaluation that stopped before metrics.json.
+    """
+    if current is None or pointer.is_complete(config.output_root, current):
+        return None
+    if current.get("date") == config.date and pointer.model_exists(config.output_root, current):
+        return None
+    found = pointer.problem(config.output_root, current)
+    if found is not None:
+        logger.warning("%s", found)
+    return found
+
+
 def _verification_examples(config: EvaluateConfig, doc: dict[str, Any]) -> list[bytes]:
     """The first eval records, serialised, to check an export on."""
     paths = manifest.split_paths(config.data_dir, doc, layout.EVAL_SPLIT)
@@ -259,6 +275,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             accuracy=metrics["accuracy"],
             thresholds=config.thresholds,
             baseline=_baseline(config, doc, current),
+            baseline_problem=_baseline_problem(config, current),
         )
         if (
             verdict["moves_latest_pointer"]

@@ -13,11 +13,13 @@ import datetime
 import logging
 import os
 import posixpath
+import shutil
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
-from contract import layout, storage
+from contract import atomic, layout, storage
 from contract import pointer as latest_pointer
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,9 @@ STAGE_DIRS: dict[str, Callable[[str, str], str]] = {
     "evaluate": layout.evaluate_dir,
 }
 STAGES = tuple(STAGE_DIRS)
+# Where the files the latest pointer names are kept while their stage moves (see supersede).
+KEEP_DIR = ".latest-pointer-keep"
+POINTER_PATHS = ("model_path", "metrics_path")
 # The file whose presence marks each stage complete (written last by the stage).
 STAGE_MARKERS = {
     "preprocess": layout.MANIFEST_FILE,
@@ -54,6 +59,12 @@ def supersede(
 ) -> str | None:
     """Moves the outputs of `stage` and its dependants aside.
 
+    When the latest pointer names files being moved (the blessed model, its metrics), it is
+    moved along without ever naming a missing file, whenever the process is killed: under
+    the pointer's lock, the named files are first linked (or copied) to a keep folder beside
+    the moved stages, the pointer is pointed there, the stages move, the pointer is pointed
+    at the files' new place, and only then does the keep folder go.
+
     Returns:
         The folder they went to, or None when none of them existed.
 
@@ -63,20 +74,83 @@ def supersede(
     now = now or datetime.datetime.now(datetime.UTC)
     stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
     destination = layout.join(layout.run_dir(output_root, date), SUPERSEDED_DIR, stamp)
-    moved: dict[str, str] = {}
+    moves: dict[str, tuple[str, str]] = {}  # stage -> (source, target)
     for name in stages_from(stage):
         source = STAGE_DIRS[name](output_root, date)
-        if not tf.io.gfile.exists(source):
-            continue
-        target = layout.join(destination, posixpath.basename(source))
-        _move_folder(source, target, STAGE_MARKERS[name])
-        moved[source] = target
-        logger.info("forced rerun of %s: moved %s to %s", name, source, target)
-    if not moved:
+        if tf.io.gfile.exists(source):
+            moves[name] = (source, layout.join(destination, posixpath.basename(source)))
+    if not moves:
         logger.info("forced rerun of %s: nothing to move for %s", stage, date)
         return None
-    _follow_latest_pointer(output_root, moved)
+    # Under the lock evaluate holds while it reads, decides and moves the pointer.
+    with latest_pointer.pointer_lock(output_root):
+        pointer = latest_pointer.read(output_root)
+        followed = _followed(output_root, pointer, list(moves.values()))
+        keep = layout.join(destination, KEEP_DIR)
+        kept = {
+            key: layout.join(keep, str(i), posixpath.basename(old))
+            for i, (key, (old, _)) in enumerate(followed.items())
+            if tf.io.gfile.exists(old)  # a file already missing has nothing to keep
+        }
+        if pointer is not None and kept:
+            for key, path in kept.items():
+                _keep_copy(followed[key][0], path)
+            _repoint(output_root, pointer, kept)
+        for name, (source, target) in moves.items():
+            _move_folder(source, target, STAGE_MARKERS[name])
+            logger.info("forced rerun of %s: moved %s to %s", name, source, target)
+        if pointer is not None and followed:
+            _repoint(output_root, pointer, {key: new for key, (_, new) in followed.items()})
+            _remove(keep)
+            logger.info("the latest pointer follows its model to %s", pointer["model_path"])
     return destination
+
+
+def _followed(
+    output_root: str, pointer: dict[str, Any] | None, moves: list[tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """The pointer's paths that lie in a moved folder: key -> (path now, path after the move).
+
+    The pointer keeps naming the same blessed model (and accuracy) at its new place; only a
+    newly blessed run moves it to another model.
+    """
+    followed: dict[str, tuple[str, str]] = {}
+    for key in POINTER_PATHS:
+        value = (pointer or {}).get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        path = _comparable(latest_pointer.resolve(output_root, value))
+        for source, target in moves:
+            source = _comparable(source)
+            if path.startswith(source + "/"):
+                followed[key] = (path, _comparable(target) + path[len(source) :])
+    return followed
+
+
+def _keep_copy(path: str, kept: str) -> None:
+    """A durable second name for `path` that the move leaves alone: a hard link where the
+    filesystem has them (no bytes copied), else a copy."""
+    tf.io.gfile.makedirs(posixpath.dirname(kept))
+    if storage.is_remote(path):
+        tf.io.gfile.copy(path, kept, overwrite=True)
+        return
+    try:
+        os.link(path, kept)
+    except OSError:
+        shutil.copyfile(path, kept)
+        atomic.fsync_path(kept)
+    atomic.sync_folder(os.path.dirname(kept))
+
+
+def _repoint(output_root: str, pointer: dict[str, Any], paths: dict[str, str]) -> None:
+    """Writes the pointer with `paths` (key -> path) in place of its own; it is written durably."""
+    pointer.update(paths)
+    latest_pointer.write(output_root, pointer)
+
+
+def _remove(folder: str) -> None:
+    with contextlib.suppress(tf.errors.NotFoundError):
+        tf.io.gfile.rmtree(folder)
 
 
 def _move_folder(source: str, target: str, marker: str) -> None:
@@ -89,6 +163,8 @@ def _move_folder(source: str, target: str, marker: str) -> None:
     if not storage.is_remote(source):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.rename(source, target)
+        atomic.sync_folder(os.path.dirname(target))
+        atomic.sync_folder(os.path.dirname(source))
         return
     files = [
         posixpath.join(folder, name)
@@ -102,33 +178,6 @@ def _move_folder(source: str, target: str, marker: str) -> None:
         tf.io.gfile.rename(path, destination, overwrite=True)
     with contextlib.suppress(tf.errors.NotFoundError):
         tf.io.gfile.rmtree(source)  # the folder markers left behind
-
-
-def _follow_latest_pointer(output_root: str, moved: dict[str, str]) -> None:
-    """Keeps the `latest` pointer valid when the blessed model itself was moved aside.
-
-    The pointer keeps naming the same blessed model (and accuracy) at its new place; only a
-    newly blessed run moves it to another model.
-    """
-    # Under the lock evaluate holds while it reads, decides and moves the pointer.
-    with latest_pointer.pointer_lock(output_root):
-        pointer = latest_pointer.read(output_root)
-        if pointer is None:
-            return
-        changed = False
-        for key in ("model_path", "metrics_path"):
-            value = pointer.get(key)
-            if not isinstance(value, str) or not value:
-                continue
-            path = _comparable(latest_pointer.resolve(output_root, value))
-            for source, target in moved.items():
-                source = _comparable(source)
-                if path.startswith(source + "/"):
-                    pointer[key] = _comparable(target) + path[len(source) :]
-                    changed = True
-        if changed:
-            latest_pointer.write(output_root, pointer)
-            logger.info("the latest pointer follows its model to %s", pointer["model_path"])
 
 
 def _comparable(path: str) -> str:

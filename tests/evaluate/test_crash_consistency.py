@@ -40,3 +40,30 @@ def test_crash_after_the_pointer_moved_is_completed_by_the_rerun(
     assert os.path.exists(metrics_path)
     final = pointer.read(str(run_root))
     assert final is not None and pointer.is_complete(str(run_root), final)
+
+
+@pytest.mark.parametrize("metrics_kept", [True, False])
+def test_a_pointer_whose_model_is_gone_is_named_not_taken_for_a_first_blessing(
+    make_config, run_root, metrics_kept: bool
+) -> None:
+    """As an older --force-stage killed half way left it: the pointer names another date's
+    model (and metrics) that are gone. The verdict names the missing file."""
+    root = str(run_root)
+    earlier = "2026-01-30"
+    metrics_path = os.path.join(layout.evaluate_dir(root, earlier), layout.METRICS_FILE)
+    if metrics_kept:
+        os.makedirs(os.path.dirname(metrics_path))
+        atomic.write_json_atomic(metrics_path, {"accuracy": 0.999})
+    missing = os.path.join(layout.train_dir(root, earlier), layout.MODEL_FILE)
+    pointer.write(
+        root,
+        {"date": earlier, "model_path": missing, "metrics_path": metrics_path,
+         "accuracy": 0.999, "loss": 0.01, "dataset": "fashion_mnist"},
+    )  # fmt: skip
+    run(make_config(min_accuracy=0.0, max_regression=0.01))
+    verdict = atomic.read_json(os.path.join(layout.evaluate_dir(root, DATE), layout.BLESSING_FILE))
+    said = " ".join(verdict["reasons"])
+    assert "first blessing" not in said
+    assert "missing" in said and f"{earlier}/train/model.keras" in said
+    if not metrics_kept:
+        assert f"names {earlier}'s model {earlier}/train/model.keras, which is missing" in said
