@@ -3,12 +3,14 @@ and the number of partitions sized from the data."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -50,9 +52,32 @@ def code_zip(folder: str) -> str:
     return zip_path
 
 
-def prepare(beam_args: list[str], data_bytes: int, bucket_bytes: int) -> list[str]:
+@contextlib.contextmanager
+def loopback_cluster() -> Iterator[str]:
+    """A LocalCluster whose scheduler, workers and dashboard listen on 127.0.0.1 only.
+
+    Yields:
+        The scheduler's address.
+    """
+    from distributed import LocalCluster
+
+    with LocalCluster(host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
+        log.info("a local Dask cluster at %s for this run", cluster.scheduler_address)
+        yield cluster.scheduler_address
+
+
+def prepare(
+    beam_args: list[str],
+    data_bytes: int,
+    bucket_bytes: int,
+    cleanup: contextlib.ExitStack | None = None,
+) -> list[str]:
     """Ships the project's code to the cluster's workers and, unless the user chose a
     partitioning, asks for partitions of about `bucket_bytes` (at least two per worker).
+
+    Without `--dask_client_address`, Beam's DaskRunner would start a LocalCluster whose
+    dashboard (no authentication) listens on every interface; with `cleanup`, this starts
+    one on loopback instead (`loopback_cluster`), which `cleanup` stops.
 
     Only paths and counts travel between steps (records go through fragment files), so the
     partition count sets parallelism: Beam's default (128 read tasks per partition) would put
@@ -66,6 +91,9 @@ def prepare(beam_args: list[str], data_bytes: int, bucket_bytes: int) -> list[st
 
     dask = PipelineOptions(beam_args).view_as(DaskOptions)
     address = getattr(dask, "address", None)
+    if not address and cleanup is not None:
+        address = cleanup.enter_context(loopback_cluster())
+        beam_args = [*beam_args, f"--dask_client_address={address}"]
     workers = 1
     if address:
         with tempfile.TemporaryDirectory() as folder, Client(address, timeout=60) as client:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import logging
@@ -283,6 +284,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
         )
     shard_set.remove_dead_staging(data_dir)
     staging = shard_set.make_staging(data_dir)
+    dask_cluster = contextlib.ExitStack()  # a local Dask cluster this run starts, if any
     try:
         source = datasets.open_source(cfg, absolute(cfg.data_dir))
         spec = source.spec
@@ -292,7 +294,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
         if dask_support.is_dask(options):
             examples = sum(sizes.values())
             beam_args = dask_support.prepare(
-                beam_args, examples * record_bytes(spec), cfg.bucket_bytes
+                beam_args, examples * record_bytes(spec), cfg.bucket_bytes, dask_cluster
             )
             options = beam_options(beam_args)
         try:
@@ -320,6 +322,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
         doc = shard_set.build_manifest(cfg, spec, sizes, files, extra)
         shard_set.publish(staging, data_dir, doc)
     finally:
+        dask_cluster.close()
         shard_set.remove(staging)
     logging.info("wrote %d files and %s", len(doc["files"]), manifest_path)
     return doc
