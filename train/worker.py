@@ -11,7 +11,17 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import layout, manifest
-from train import artifacts, backup, callbacks, cluster, data, determinism, models, resumable
+from train import (
+    artifacts,
+    backup,
+    callbacks,
+    cluster,
+    data,
+    determinism,
+    models,
+    preemption,
+    resumable,
+)
 from train.config import ConfigError, TrainConfig
 from train.trainer import Trainer
 from train.validation import ExactValidation
@@ -135,7 +145,8 @@ def callback_stack(
     steps_per_epoch: int,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks in the order that matters: validation before anything reading val_loss,
-    and the backup last, so that it saves the whole epoch's outcome."""
+    and the backups last, so that they save the whole epoch's outcome (the pre-emption save
+    after the scheduled one, which it then need not repeat)."""
     state = parts.state
     stack: list[keras.callbacks.Callback] = [
         resumable.RestoreRunningMetrics(parts.run_backup.worker_local, state.step),
@@ -160,6 +171,7 @@ def callback_stack(
             parts.run_backup, state, steps_per_epoch, config.epochs, config.save_freq_steps
         )
     )
+    stack.append(preemption.SaveOnPreemption(parts.run_backup, state, info, steps_per_epoch))
     return stack
 
 
