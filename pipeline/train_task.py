@@ -115,6 +115,17 @@ class Train(RunTask):
         "variables and softmax (faster where the CPU has AMX, or on a recent GPU); auto: "
         "mixed_bfloat16 where the CPU reports AMX-BF16, float32 elsewhere.",
     )
+    warm_start = luigi.ChoiceParameter(
+        default="off",
+        choices=["off", "last-blessed"],
+        description="off: fresh weights each night; last-blessed: start from the model the "
+        "latest pointer names, or cold (logged, recorded in history.json) on the first night, "
+        "when it is missing, fails its sha256 or does not fit the model and input.",
+    )
+    warm_start_learning_rate = luigi.FloatParameter(
+        default=0.0,
+        description="The (peak) learning rate of a night that starts warm; 0: learning_rate.",
+    )
     max_restarts = luigi.IntParameter(
         default=2,
         description="Times the whole cluster is restarted (resuming from the backup) after a "
@@ -165,6 +176,8 @@ class Train(RunTask):
             "label_smoothing": repr(self.label_smoothing),
             "test_time_augment": self.test_time_augment,
             "precision": self.precision,
+            "warm_start": self.warm_start,
+            "warm_start_learning_rate": repr(self.warm_start_learning_rate),
             "num_workers": self.num_workers,
             "max_restarts": self.max_restarts,
             "hparams": luigi.DictParameter().serialize(self.hparams),

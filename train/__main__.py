@@ -49,8 +49,14 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, required=True)
         else:
             kind = type(field.default)
+            about = field.metadata.get("help", "")
             parser.add_argument(
-                flag, type=kind, default=field.default, help=f"(default {field.default})"
+                flag,
+                type=kind,
+                default=field.default,
+                help=f"{about} (default {field.default!r})"
+                if about
+                else f"(default {field.default})",
             )
 
 
@@ -170,8 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         storage.check_supported(config.train_dir, "train dir")
         if args.command == "launch":
             from train.launcher import launch as launch_cluster
+            from train.launcher import settle_start
 
             run_lock.hold_for_process(run_lock.run_dir_of_train_dir(config.train_dir))
+            # Like "auto" precision, settled once: every worker starts from the same model.
+            config = settle_start(config)
+            if config.warm_start != "off":
+                from train.warm_start import notice
+
+                print(notice_line(notice(config)), flush=True)
             backend = _docker_backend(args, config) if args.backend == "docker" else None
             launch_cluster(
                 config, args.num_workers, args.max_restarts, args.ports, args.log_dir, backend

@@ -55,6 +55,12 @@ SHAPING_SETTINGS = (
     "label_smoothing",
     "test_time_augment",
     "precision",
+    "warm_start",
+    "warm_start_learning_rate",
+    "warm_start_from",
+    "warm_start_sha256",
+    "warm_start_date",
+    "cold_start_reason",
 )
 # Test-only: "<first save>:<failures>:<errno name>" makes the chief's next <failures> writes
 # to the backup folder, from save number <first save> (1-based) on, fail with that OSError,

@@ -13,6 +13,7 @@ LR_SCHEDULES = ("plateau", "cosine")
 # Keras dtype policies, or "auto": the one that trains fastest on this machine's CPU
 # (TrainConfig.resolved). Variables stay float32 either way.
 PRECISIONS = ("float32", "mixed_bfloat16", "auto")
+WARM_STARTS = ("off", "last-blessed")
 # CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
 # Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
 BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
@@ -62,6 +63,32 @@ class TrainConfig:
     # Passed to a model given by import path (and to its optimizer and loss hooks) as a dict;
     # JSON on the command line (--hparams '{"width": 64}'). Built-in models take none.
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # "off", or "last-blessed": start from the weights of the model the output root's latest
+    # pointer names (train.warm_start); settled to the fields below before any worker starts.
+    warm_start: str = dataclasses.field(
+        default="off",
+        metadata={
+            "help": "off: fresh weights; last-blessed: start from the model the latest pointer "
+            "names, or cold (logged, recorded) when there is none, it is missing, fails its "
+            "sha256 or does not fit the model and input"
+        },
+    )
+    warm_start_learning_rate: float = dataclasses.field(
+        default=0.0,
+        metadata={"help": "the (peak) learning rate of a run that starts warm; 0: learning_rate"},
+    )
+    warm_start_from: str = dataclasses.field(
+        default="", metadata={"help": "set by the launcher: the model file a warm start loads"}
+    )
+    warm_start_sha256: str = dataclasses.field(
+        default="", metadata={"help": "set by the launcher: that file's sha256"}
+    )
+    warm_start_date: str = dataclasses.field(
+        default="", metadata={"help": "set by the launcher: the date of that model's run"}
+    )
+    cold_start_reason: str = dataclasses.field(
+        default="", metadata={"help": "set by the launcher: why last-blessed starts cold"}
+    )
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
@@ -88,6 +115,7 @@ class TrainConfig:
             "test_time_augment": TEST_TIME_AUGMENTATIONS,
             "lr_schedule": LR_SCHEDULES,
             "precision": PRECISIONS,
+            "warm_start": WARM_STARTS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -102,6 +130,15 @@ class TrainConfig:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not self.warm_start_learning_rate >= 0:
+            raise ConfigError(
+                "warm_start_learning_rate must be 0 (learning_rate) or positive, "
+                f"got {self.warm_start_learning_rate}"
+            )
+        if self.warm_start == "off" and (self.warm_start_from or self.cold_start_reason):
+            raise ConfigError("warm_start_from is set, but warm_start is off: drop one")
+        if self.warm_start_from and not self.warm_start_sha256:
+            raise ConfigError(f"warm_start_from {self.warm_start_from} needs warm_start_sha256")
         if not self.collective_timeout_seconds > 0:
             raise ConfigError("collective_timeout_seconds must be positive")
         if not isinstance(self.hparams, dict) or not all(isinstance(k, str) for k in self.hparams):

@@ -211,6 +211,21 @@ def preflight(config: TrainConfig, num_workers: int) -> None:
     check_builds(config, shard_manifest)
 
 
+def settle_start(config: TrainConfig) -> TrainConfig:
+    """The config with `warm_start` settled to one starting model (or a cold start), once,
+    before any worker starts: every worker then loads the same file (train.warm_start).
+
+    Raises:
+        ConfigError, ManifestError: bad settings or shard set.
+    """
+    config.check()
+    if config.warm_start == "off":
+        return config
+    from train import warm_start  # TF loads only when a model must be looked at
+
+    return warm_start.settle(config, manifest.read_manifest(config.data_dir))
+
+
 def _last_error_line(path: str) -> str:
     """The worker's own one-line complaint ("error: ..."), else its last exception line."""
     with contextlib.suppress(OSError), open(path, errors="replace") as f:

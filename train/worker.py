@@ -21,6 +21,7 @@ from train import (
     models,
     preemption,
     resumable,
+    warm_start,
 )
 from train.config import ConfigError, TrainConfig
 from train.trainer import Trainer
@@ -37,6 +38,12 @@ def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_work
     """
     config.check()
     models.check_settings(config)
+    if not warm_start.is_settled(config):
+        raise ConfigError(
+            f"warm_start {config.warm_start} is settled by `python -m train launch` before the "
+            "workers start: launch the workers with it, or give each worker the launcher's "
+            "--warm-start-from and --warm-start-sha256 (or --cold-start-reason)"
+        )
     if shard_manifest["num_workers"] != num_workers:
         raise ConfigError(
             f"num_workers is {num_workers} but the shard set in {config.data_dir} was cut for "
@@ -69,13 +76,14 @@ def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, An
 def learning_rate(config: TrainConfig, steps_per_epoch: int) -> Any:
     """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule, a
     function of the optimizer's step (restored with the backup, so a resume stays exact)."""
+    peak = warm_start.learning_rate(config)
     if config.lr_schedule != "cosine":
-        return config.learning_rate
+        return peak
     warmup = config.warmup_epochs * steps_per_epoch
     return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0 if warmup else config.learning_rate,
+        initial_learning_rate=0.0 if warmup else peak,
         decay_steps=max(1, config.epochs * steps_per_epoch - warmup),
-        warmup_target=config.learning_rate if warmup else None,
+        warmup_target=peak if warmup else None,
         warmup_steps=warmup,
     )
 
@@ -224,7 +232,8 @@ def restore_or_begin(
         options,
     )
     state = run_backup.restore()
-    if state is None:
+    if state is None:  # a fresh start: the starting model's weights, if warm; else the backup's
+        warm_start.load_into(core, config)
         state = backup.RunState()
         run_backup.begin(backup.fingerprint(config, shard_manifest, info.num_workers))
     return state, run_backup, best_weights
@@ -360,6 +369,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         "validation_examples": shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
         "attempt": attempt,
         "resumed_from_step": resumed_from_step,
+        "warm_start": warm_start.record(config),
     }
     if chief:
         artifacts.write_config(config, config.train_dir)
