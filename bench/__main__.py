@@ -95,6 +95,26 @@ def main(argv: list[str] | None = None) -> int:
         help="tta: seeds per side, the row compares medians (default 5)",
     )
     parser.add_argument(
+        "--recipe",
+        choices=["plain", "nightly"],
+        default=None,
+        help="warm_start: plain (cnn, a constant rate, small nights; default) or nightly "
+        "(luigi.cfg's recipe on 27,000 then 54,000 images)",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_int_list,
+        default=None,
+        help="warm_start: night 1's and night 2's train images, e.g. 6000,10000",
+    )
+    parser.add_argument("--model", default=None, help="warm_start: the model of both nights")
+    parser.add_argument(
+        "--warm-rates",
+        type=lambda text: tuple(float(part) for part in text.split(",")),
+        default=None,
+        help="warm_start: the warm night's learning rates to time, one row each",
+    )
+    parser.add_argument(
         "--cpu",
         choices=["native", *EMULATED_CPUS],
         default="native",

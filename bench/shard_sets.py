@@ -61,20 +61,26 @@ def write_shard_set(
     num_validation: int = 200,
     num_eval: int = 300,
     source_images: int | None = None,
+    validate_on_test: bool = False,
 ) -> dict[str, Any]:
     """Writes a contract-conforming shard set of real Fashion-MNIST images; returns its manifest.
 
     `source_images` (at most 60,000) real images are repeated as often as the train and
     validation examples need: a shard set larger than Fashion-MNIST itself.
+    `validate_on_test`: the validation split is the eval split's first `num_validation` test
+    images, so each epoch's validation accuracy is a test accuracy.
     """
     n_train = per_worker * num_workers
-    wanted = n_train + num_validation
+    wanted = n_train + (0 if validate_on_test else num_validation)
     images, labels = fashion_mnist_arrays("train", min(wanted, source_images or wanted))
     if len(labels) < wanted:
         repeats = -(-wanted // len(labels))
         images = np.concatenate([images] * repeats)[:wanted]
         labels = np.concatenate([labels] * repeats)[:wanted]
     eval_images, eval_labels = fashion_mnist_arrays("test", num_eval)
+    validation = (images[n_train:], labels[n_train:])
+    if validate_on_test:
+        validation = fashion_mnist_arrays("test", num_validation)
     files = []
     for worker in range(num_workers):
         rel = layout.worker_file_name(worker, num_workers, 0, 1)
@@ -82,7 +88,7 @@ def write_shard_set(
         info = _write_records(os.path.join(data_dir, rel), images[part], labels[part])
         files.append({"path": rel, "split": layout.TRAIN_SPLIT, "worker": worker, **info})
     for split, (imgs, labs) in {
-        layout.VALIDATION_SPLIT: (images[n_train:], labels[n_train:]),
+        layout.VALIDATION_SPLIT: validation,
         layout.EVAL_SPLIT: (eval_images, eval_labels),
     }.items():
         rel = layout.whole_split_file_name(split, 0, 1)
