@@ -49,15 +49,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, required=True)
         else:
             kind = type(field.default)
-            about = field.metadata.get("help", "")
-            parser.add_argument(
-                flag,
-                type=kind,
-                default=field.default,
-                help=f"{about} (default {field.default!r})"
-                if about
-                else f"(default {field.default})",
-            )
+            about = f"{field.metadata.get('help', '')} (default {field.default})".lstrip()
+            parser.add_argument(flag, type=kind, default=field.default, help=about)
 
 
 def _json_object(text: str) -> dict:

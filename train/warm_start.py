@@ -69,6 +69,8 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
     current = pointer.read(root)
     if current is None:
         return _cold(config, f"no blessed model yet ({pointer.pointer_path(root)} is missing)")
+    if not current.get("model_path"):
+        return _cold(config, f"the latest pointer {pointer.pointer_path(root)} names no model")
     path = pointer.resolve(root, str(current["model_path"]))
     date = str(current.get("date", ""))
     own = layout.join(config.train_dir.rstrip("/"), layout.MODEL_FILE)
