@@ -26,7 +26,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from contract import atomic, layout, pointer, run_lock
+from contract import atomic, layout, model_code, pointer, run_lock
 from train import backup, models
 from train.config import ConfigError, TrainConfig
 
@@ -90,14 +90,11 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
     except Exception as e:  # noqa: BLE001 - an unreadable model is a reason to start cold
         return _cold(config, f"the last blessed model {path} could not be loaded: {e}")
     keras.backend.clear_session()  # this run's layer names, as a fresh worker gives them
-    built = signature(
-        models.build(
-            config.model,
-            shard_manifest["image_shape"],
-            shard_manifest["num_classes"],
-            config.resolved().precision,
-        )
-    )
+    try:
+        built = signature(models.build_for_run(config.resolved(), shard_manifest))
+    finally:
+        keras.backend.clear_session()
+        keras.mixed_precision.set_global_policy("float32")
     difference = describe_mismatch(built, blessed)
     if difference:
         return _cold(
@@ -153,7 +150,9 @@ def describe_mismatch(built: WeightsSignature, blessed: WeightsSignature) -> str
 def _load_core(path: str) -> keras.Model:
     """The trained model inside an exported one: the model itself, or the model that
     test-time flips wrap (`train.models.mirror_averaged`)."""
-    loaded = keras.models.load_model(path, compile=False)
+    # A user's own layers load from their module (docs/extending.md).
+    custom = model_code.custom_objects(path)
+    loaded = keras.models.load_model(path, compile=False, custom_objects=custom)
     nested = [layer for layer in loaded.layers if isinstance(layer, keras.Model)]
     return nested[0] if len(nested) == 1 else loaded
 
