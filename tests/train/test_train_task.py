@@ -34,9 +34,8 @@ def output_root(tmp_path):
 
 
 def test_command_maps_parameters(output_root):
-    task = Train(
-        date=DATE, output_root=output_root, num_workers=2, warm_start="last-blessed", **SMALL
-    )
+    warm = {"warm_start": "last-blessed", "warm_start_learning_rate": 0.001}
+    task = Train(date=DATE, output_root=output_root, num_workers=2, **warm, **SMALL)
     command = task.command()
     assert command[1:4] == ["-m", "train", "launch"]
     flags = dict(zip(command[4::2], command[5::2], strict=True))
@@ -44,7 +43,9 @@ def test_command_maps_parameters(output_root):
     assert flags["--train-dir"] == layout.train_dir(output_root, "2026-01-31")
     assert flags["--num-workers"] == "2" and flags["--model"] == "mlp"
     assert flags["--epochs"] == "2"
-    assert flags["--warm-start"] == "last-blessed" and flags["--warm-start-learning-rate"] == "0.0"
+    assert (
+        flags["--warm-start"] == "last-blessed" and flags["--warm-start-learning-rate"] == "0.001"
+    )
 
 
 def test_local_executor_runs_workers_as_local_processes(output_root):
