@@ -1,8 +1,8 @@
 """Warm start: a run begins from the last blessed model's weights instead of fresh ones.
 
 `warm_start=last-blessed` is settled once, before any worker starts (`settle`, called by the
-launcher): the latest pointer of the output root the train folder lies in (`<root>/<date>/
-train`, pointer `<root>/latest.json`) names a model file and its sha256. The settled config
+launcher): the latest pointer of the output root the train folder lies in
+(`<root>/<date>/train`, pointer `<root>/latest.json`) names a model file and its sha256. The settled config
 names that file, its sha256 and its run's date (`warm_start_from`, `warm_start_sha256`,
 `warm_start_date`), or says why the run starts cold (`cold_start_reason`). Every worker gets
 the same settled config, and its warm-start fields are part of the backup's fingerprint, so
