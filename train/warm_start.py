@@ -2,9 +2,10 @@
 
 `warm_start=last-blessed` is settled once, before any worker starts (`settle`, called by the
 launcher): the latest pointer of the output root the train folder lies in
-(`<root>/<date>/train`, pointer `<root>/latest.json`) names a model file and its sha256. The settled config
-names that file, its sha256 and its run's date (`warm_start_from`, `warm_start_sha256`,
-`warm_start_date`), or says why the run starts cold (`cold_start_reason`). Every worker gets
+(`<root>/<date>/train`, pointer `<root>/latest.json`) names a model file and its sha256. The
+settled config names that file, its sha256 and its run's date (`warm_start_from`,
+`warm_start_sha256`, `warm_start_date`), or says why the run starts cold
+(`cold_start_reason`). Every worker gets
 the same settled config, and its warm-start fields are part of the backup's fingerprint, so
 a resumed run starts from the same model even if the pointer has moved since (`settle` takes
 a backup's own settling). A worker loads the weights only on a fresh start (`load_into`); on
