@@ -7,14 +7,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
-import json
 import logging
 import sys
 from typing import NoReturn
 
-from contract import run_lock, storage
+from contract import run_lock, settings, storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
 from contract.messages import (
@@ -29,7 +27,7 @@ from contract.storage import UnsupportedStorageError
 from train import cluster
 from train.config import ConfigError, TrainConfig
 from train.docker_backend import DockerWorkerBackend
-from train.launcher import LaunchError, log_dir_for, worker_argv
+from train.launcher import MAX_RESTARTS, LaunchError, log_dir_for, worker_argv
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,35 +36,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
-
-
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    for field in dataclasses.fields(TrainConfig):
-        flag = f"--{field.name.replace('_', '-')}"
-        if field.default_factory is dict:
-            parser.add_argument(flag, type=_json_object, default={}, help="(a JSON object)")
-        elif field.default is dataclasses.MISSING:
-            parser.add_argument(flag, required=True)
-        else:
-            kind = type(field.default)
-            about = f"{field.metadata.get('help', '')} (default {field.default})".lstrip()
-            parser.add_argument(flag, type=kind, default=field.default, help=about)
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(
-            f"expected a JSON object such as '{{\"width\": 64}}', got {text!r}"
-        )
-    return value
-
-
-def _config(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
 
 
 def precision_notice(precision: str) -> str:
@@ -89,8 +58,8 @@ def _add_launch_flags(launch: argparse.ArgumentParser) -> None:
     launch.add_argument(
         "--max-restarts",
         type=int,
-        default=2,
-        help="whole-cluster restarts after a worker dies (0: none; default 2)",
+        default=MAX_RESTARTS,
+        help=f"whole-cluster restarts after a worker dies (0: none; default {MAX_RESTARTS})",
     )
     launch.add_argument("--log-dir", help="worker logs (default: <train dir>/logs)")
     launch.add_argument(
@@ -147,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m train", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     launch = commands.add_parser("launch", help="run a cluster of workers and restart it")
-    _add_config_flags(launch)
+    settings.add_flags(launch, TrainConfig)
     _add_launch_flags(launch)
     worker = commands.add_parser("worker", help="run one worker; the cluster comes from TF_CONFIG")
-    _add_config_flags(worker)
+    settings.add_flags(worker, TrainConfig)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0), or a bad flag (already reported in one line)
@@ -161,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     tf_logger.setLevel(logging.WARNING)
     tf_logger.propagate = False
     # "auto" precision is settled once, here: every worker gets the same, concrete policy.
-    config = _config(args).resolved()
+    config = settings.from_flags(TrainConfig, args).resolved()
     if args.command == "launch" and args.precision == "auto":
         print(notice_line(precision_notice(config.precision)), flush=True)
     try:

@@ -14,6 +14,13 @@ LR_SCHEDULES = ("plateau", "cosine")
 # (TrainConfig.resolved). Variables stay float32 either way.
 PRECISIONS = ("float32", "mixed_bfloat16", "auto")
 WARM_STARTS = ("off", "last-blessed")
+# TrainConfig fields the launcher fills in from warm_start (train.warm_start), not the user.
+WARM_START_SETTLED = (
+    "warm_start_from",
+    "warm_start_sha256",
+    "warm_start_date",
+    "cold_start_reason",
+)
 # CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
 # Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
 BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
@@ -27,67 +34,173 @@ class ConfigError(ValueError):
 class TrainConfig:
     """Everything one training run needs; the same value goes to every worker."""
 
-    data_dir: str
-    train_dir: str
-    model: str = "cnn"
-    epochs: int = 15
-    per_worker_batch_size: int = 256
-    learning_rate: float = 3e-3
-    validation_batch_size: int = 500
-    early_stopping_patience: int = 4
-    reduce_lr_patience: int = 2
-    reduce_lr_factor: float = 0.5
-    save_freq_steps: int = 100
-    scalar_freq_steps: int = 50
-    histogram_freq_steps: int = 200
-    seed: int = 0
-    collective_timeout_seconds: float = 60.0
-    threads_per_worker: int = 1
-    # A worker's train files are held in memory when they fit this, else streamed.
-    input_memory_budget_mb: int = 1024
-    # On-the-fly augmentation of training batches only: "off", or "flip-shift" (random
-    # horizontal flips and shifts of up to AUGMENT_SHIFT pixels), seeded like the input order.
-    augment: str = "off"
-    # "plateau" (ReduceLROnPlateau on val_loss) or "cosine" (linear warm-up over
-    # warmup_epochs, then cosine decay to 0 at the last epoch's end).
-    lr_schedule: str = "plateau"
-    warmup_epochs: int = 0
-    label_smoothing: float = 0.0
-    # "off", or "flip": the exported model averages its probabilities on each image and on
-    # its left-right mirror; validation scores that model, so the best epoch is chosen on it.
-    test_time_augment: str = "off"
-    # "float32", or "mixed_bfloat16": layers compute in bfloat16 with float32 variables,
-    # softmax and loss (train.models); the exported model keeps the policy. "auto" is
-    # resolved to one of them before any worker starts (resolved()).
-    precision: str = "float32"
-    # Passed to a model given by import path (and to its optimizer and loss hooks) as a dict;
-    # JSON on the command line (--hparams '{"width": 64}'). Built-in models take none.
-    hparams: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # "off", or "last-blessed": start from the weights of the model the output root's latest
-    # pointer names (train.warm_start); settled to the fields below before any worker starts.
+    data_dir: str = dataclasses.field(
+        metadata={"help": "The run's shard set: the folder holding manifest.json (local or gs://)."}
+    )
+    train_dir: str = dataclasses.field(
+        metadata={
+            "help": "Where the model, history, backups and TensorBoard logs go (local or gs://)."
+        }
+    )
+    model: str = dataclasses.field(
+        default="cnn",
+        metadata={
+            "help": "A built-in model by name (cnn, cnn2, cnn3, mlp), or your own model "
+            "function by import path, package.module:function (docs/extending.md)."
+        },
+    )
+    epochs: int = dataclasses.field(
+        default=15, metadata={"help": "Most epochs to train (at least 1)."}
+    )
+    per_worker_batch_size: int = dataclasses.field(
+        default=256,
+        metadata={
+            "help": "Examples per step on each worker; the global batch is this times the "
+            "number of workers."
+        },
+    )
+    learning_rate: float = dataclasses.field(
+        default=3e-3, metadata={"help": "Adam's initial learning rate."}
+    )
+    validation_batch_size: int = dataclasses.field(
+        default=500,
+        metadata={"help": "Examples per validation step; changes speed, never the metrics."},
+    )
+    early_stopping_patience: int = dataclasses.field(
+        default=4,
+        metadata={
+            "help": "Epochs without a better val_loss before training stops (the best weights "
+            "are kept); 0 turns early stopping off."
+        },
+    )
+    reduce_lr_patience: int = dataclasses.field(
+        default=2,
+        metadata={
+            "help": "plateau schedule: epochs without a better val_loss before the learning "
+            "rate is multiplied by reduce_lr_factor; 0 off."
+        },
+    )
+    reduce_lr_factor: float = dataclasses.field(
+        default=0.5,
+        metadata={"help": "plateau schedule: what the learning rate is multiplied by."},
+    )
+    save_freq_steps: int = dataclasses.field(
+        default=100,
+        metadata={
+            "help": "Steps between backups under <train_dir>/backup/; a restart loses at most "
+            "this many."
+        },
+    )
+    scalar_freq_steps: int = dataclasses.field(
+        default=50,
+        metadata={"help": "Steps between TensorBoard scalar summaries; 0 for epochs only."},
+    )
+    histogram_freq_steps: int = dataclasses.field(
+        default=200,
+        metadata={
+            "help": "Steps between TensorBoard histograms of the all-reduced gradients; 0 off."
+        },
+    )
+    seed: int = dataclasses.field(
+        default=0,
+        metadata={
+            "help": "Seeds weight initialisation, the input order, augmentation and dropout: "
+            "the same seed, worker count and machine give the same model."
+        },
+    )
+    collective_timeout_seconds: float = dataclasses.field(
+        default=60.0,
+        metadata={
+            "help": "Seconds a worker waits in the gradient or validation all-reduce for a "
+            "vanished peer before failing (each timed collective holds a timer thread this long)."
+        },
+    )
+    threads_per_worker: int = dataclasses.field(
+        default=1, metadata={"help": "TensorFlow threads of each worker process."}
+    )
+    input_memory_budget_mb: int = dataclasses.field(
+        default=1024,
+        metadata={
+            "help": "MB of a worker's train files held in memory; larger shard sets are "
+            "streamed from disk."
+        },
+    )
+    augment: str = dataclasses.field(
+        default="off",
+        metadata={
+            "help": "On-the-fly augmentation of training batches, seeded like the input order "
+            "(validation and evaluation never): flip-shift makes random horizontal flips and "
+            "shifts of up to 2 pixels.",
+            "choices": AUGMENTATIONS,
+        },
+    )
+    lr_schedule: str = dataclasses.field(
+        default="plateau",
+        metadata={
+            "help": "plateau: ReduceLROnPlateau on val_loss; cosine: linear warm-up over "
+            "warmup_epochs, then cosine decay to 0 at the last epoch's end.",
+            "choices": LR_SCHEDULES,
+        },
+    )
+    warmup_epochs: int = dataclasses.field(
+        default=0,
+        metadata={"help": "cosine schedule: warm-up epochs, fewer than epochs."},
+    )
+    label_smoothing: float = dataclasses.field(
+        default=0.0, metadata={"help": "Label smoothing of the training loss, in [0, 1)."}
+    )
+    test_time_augment: str = dataclasses.field(
+        default="off",
+        metadata={
+            "help": "flip: the exported model averages its probabilities on each image and on "
+            "its left-right mirror; validation scores that model, so the best epoch is chosen "
+            "on it.",
+            "choices": TEST_TIME_AUGMENTATIONS,
+        },
+    )
+    precision: str = dataclasses.field(
+        default="float32",
+        metadata={
+            "help": "Keras dtype policy: mixed_bfloat16 computes in bfloat16 with float32 "
+            "variables, softmax and loss (faster where the CPU has AMX, or on a recent GPU; "
+            "the exported model keeps it); auto: mixed_bfloat16 where the CPU reports "
+            "AMX-BF16, float32 elsewhere, settled before any worker starts.",
+            "choices": PRECISIONS,
+        },
+    )
+    hparams: dict[str, Any] = dataclasses.field(
+        default_factory=dict,
+        metadata={
+            "help": "Hyperparameters handed to a model given by import path (and to its "
+            """optimizer and loss hooks), as a JSON object: '{"width": 64}'. Built-in models """
+            "take none."
+        },
+    )
     warm_start: str = dataclasses.field(
         default="off",
         metadata={
             "help": "off: fresh weights; last-blessed: start from the model the latest pointer "
-            "names, or cold (logged, recorded) when there is none, it is missing, fails its "
-            "sha256 or does not fit the model and input"
+            "names, or cold (logged, recorded in history.json) when there is none, it is "
+            "missing, fails its sha256 or does not fit the model and input.",
+            "choices": WARM_STARTS,
         },
     )
     warm_start_learning_rate: float = dataclasses.field(
         default=0.0,
-        metadata={"help": "the (peak) learning rate of a run that starts warm; 0: learning_rate"},
+        metadata={"help": "The (peak) learning rate of a run that starts warm; 0: learning_rate."},
     )
+    # Settled by the launcher from warm_start before any worker starts (train.warm_start).
     warm_start_from: str = dataclasses.field(
-        default="", metadata={"help": "set by the launcher: the model file a warm start loads"}
+        default="", metadata={"help": "Set by the launcher: the model file a warm start loads."}
     )
     warm_start_sha256: str = dataclasses.field(
-        default="", metadata={"help": "set by the launcher: that file's sha256"}
+        default="", metadata={"help": "Set by the launcher: that file's sha256."}
     )
     warm_start_date: str = dataclasses.field(
-        default="", metadata={"help": "set by the launcher: the date of that model's run"}
+        default="", metadata={"help": "Set by the launcher: the date of that model's run."}
     )
     cold_start_reason: str = dataclasses.field(
-        default="", metadata={"help": "set by the launcher: why last-blessed starts cold"}
+        default="", metadata={"help": "Set by the launcher: why last-blessed starts cold."}
     )
 
     def check(self) -> None:

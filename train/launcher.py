@@ -8,7 +8,6 @@ by `python -m train launch --backend`; the restart logic is the same for both.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -20,7 +19,7 @@ import threading
 import time
 from typing import IO, Protocol
 
-from contract import layout, manifest, processes, run_lock, storage
+from contract import layout, manifest, processes, run_lock, settings, storage
 from contract.messages import (
     ERROR_PREFIX,
     EXIT_BAD_INPUT,
@@ -38,6 +37,7 @@ BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting can
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
 LOOPBACK = "127.0.0.1"
+MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
 
 
 class LaunchError(RuntimeError):
@@ -341,11 +341,7 @@ def _watch(backend: WorkerBackend, num_workers: int, tail: _Tail) -> tuple[int, 
 
 def worker_argv(config: TrainConfig) -> list[str]:
     """The command line that runs one worker with `config`."""
-    argv = [sys.executable, "-m", "train", "worker"]
-    for name, value in config.to_dict().items():
-        text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
-        argv += [f"--{name.replace('_', '-')}", text]
-    return argv
+    return [sys.executable, "-m", "train", "worker", *settings.flags(config)]
 
 
 def check_launch_settings(num_workers: int, max_restarts: int, ports: list[int] | None) -> None:
@@ -383,7 +379,7 @@ def log_dir_for(config: TrainConfig, log_dir: str | None = None) -> str:
 def launch(
     config: TrainConfig,
     num_workers: int,
-    max_restarts: int = 2,
+    max_restarts: int = MAX_RESTARTS,
     ports: list[int] | None = None,
     log_dir: str | None = None,
     backend: WorkerBackend | None = None,

@@ -3,8 +3,6 @@ reachable only from the job's own pods and restarted only for failures a restart
 
 from __future__ import annotations
 
-import configparser
-
 import yaml
 
 from contract.messages import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_RETRYABLE, restart_may_help
@@ -51,16 +49,3 @@ def test_network_policy_admits_only_the_jobs_own_pods():
     (rule,) = policy["ingress"]
     (source,) = rule["from"]  # one source, no namespace or address block beside it
     assert source == {"podSelector": {"matchLabels": selected}}
-
-
-def test_tfjob_trains_with_the_nightly_recipe_of_luigi_cfg():
-    config = configparser.ConfigParser()
-    config.read(PROJECT_ROOT / "luigi.cfg")
-    worker = documents()["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
-    (container,) = worker["template"]["spec"]["containers"]
-    flags = dict(a[2:].split("=", 1) for a in container["args"] if a.startswith("--"))
-    recipe = ("model", "epochs", "per_worker_batch_size", "augment", "lr_schedule")
-    recipe += ("warmup_epochs", "label_smoothing", "early_stopping_patience", "learning_rate")
-    recipe += ("precision", "save_freq_steps")
-    for name in recipe:
-        assert flags[name.replace("_", "-")] == config["Train"][name], name

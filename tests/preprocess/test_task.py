@@ -89,7 +89,7 @@ def test_luigi_runs_preprocess_on_tiny_data(tiny_tfds, tiny_sources, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     with open(tmp_path / "2026-01-31" / "data" / "manifest.json") as f:
         doc = json.load(f)
-    # num_workers and validation_fraction come from luigi.cfg [Preprocess].
+    # num_workers and validation_fraction: the defaults (luigi.cfg leaves them).
     assert doc["num_workers"] == 2 and doc["parameters"]["validation_fraction"] == 0.1
     assert doc["splits"]["train"]["examples_per_worker"] == 135
     assert doc["splits"]["eval"]["num_examples"] == 100

@@ -1,0 +1,185 @@
+"""A stage's settings written once: the fields of its config dataclass carry their own help.
+
+Each field of a stage's config (train.config.TrainConfig) is declared with
+`dataclasses.field(default=..., metadata={"help": "...", "choices": (...)})`. The stage's
+command line (`add_flags`) and the pipeline's Luigi parameters (pipeline.stage_params) are
+both built from those fields, so a new setting needs no other declaration: its name, type,
+default, choices and description come from the dataclass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+HELP = "help"  # metadata key: one or two sentences for --help, the Luigi description and docs
+CHOICES = "choices"  # metadata key: the values a str setting accepts
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One field of a stage's config, as the command line and the pipeline see it.
+
+    Attributes:
+        name: the field's name (`per_worker_batch_size`; the flag is `--per-worker-batch-size`).
+        kind: the value's type: bool, int, float, str, dict or list.
+        optional: None is a value too (the field's type is `X | None`).
+        default: the field's default; dataclasses.MISSING where the setting is required.
+        help: what the setting does, from the field's metadata.
+        choices: the values a str setting accepts, or None for any.
+    """
+
+    name: str
+    kind: type
+    optional: bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None
+
+    @property
+    def required(self) -> bool:
+        return self.default is dataclasses.MISSING
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name.replace('_', '-')}"
+
+
+KINDS = (bool, int, float, str, dict, list)
+
+
+def settings_of(config_class: type) -> Iterator[Setting]:
+    """The settings of a config dataclass, in field order.
+
+    Raises:
+        TypeError: a field has no help in its metadata, or a type no flag can carry.
+    """
+    hints = typing.get_type_hints(config_class)
+    for field in dataclasses.fields(config_class):
+        where = f"{config_class.__name__}.{field.name}"
+        help_text = field.metadata.get(HELP)
+        if not help_text:
+            raise TypeError(f'{where} has no description: declare it with metadata={{"help": ...}}')
+        kind, optional = _kind(hints[field.name], where)
+        if field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = field.default
+        choices = field.metadata.get(CHOICES)
+        yield Setting(
+            field.name,
+            kind,
+            optional,
+            default,
+            help_text,
+            tuple(choices) if choices is not None else None,
+        )
+
+
+def _kind(hint: Any, where: str) -> tuple[type, bool]:
+    """(bool/int/float/str/dict/list, whether None is allowed) of a field's type hint."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [m for m in typing.get_args(hint) if m is not type(None)]
+        optional = len(members) < len(typing.get_args(hint))
+        if len(members) != 1:
+            raise TypeError(f"{where}: a setting has one type (or that type | None), got {hint}")
+        hint = members[0]
+    kind = typing.get_origin(hint) or hint
+    if kind is tuple:
+        kind = list
+    if kind not in KINDS:
+        raise TypeError(f"{where}: settings are bool, int, float, str, dict or list, got {hint}")
+    return kind, optional
+
+
+def parse_bool(text: str) -> bool:
+    """'true'/'false' (any case; also 1/0, yes/no) as a bool, as luigi.cfg writes them."""
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _parse_json(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}: {e}") from None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its errors
+    return parse
+
+
+def flag_value_parser(setting: Setting) -> Callable[[str], Any]:
+    """How the command line turns a flag's text into the setting's value."""
+    if setting.kind is bool:
+        return parse_bool
+    if setting.kind in (dict, list):
+        return _parse_json(setting.kind)
+    return setting.kind
+
+
+def format_flag_value(value: Any) -> str:
+    """A value as its flag's text (the inverse of `flag_value_parser`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # every digit: the stage gets the very number
+    if isinstance(value, typing.Mapping):
+        return json.dumps(_plain(value), sort_keys=True)
+    if isinstance(value, list | tuple):
+        return json.dumps(_plain(value))
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """Luigi's frozen dicts and tuples as JSON's dicts and lists."""
+    if isinstance(value, typing.Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """Declares one flag per setting of `config_class`, with its help, type and choices."""
+    for setting in settings_of(config_class):
+        help_text = setting.help
+        if not setting.required:
+            help_text += f" (default: {format_flag_value(setting.default)})"
+        parser.add_argument(
+            setting.flag,
+            dest=setting.name,
+            type=flag_value_parser(setting),
+            choices=setting.choices,
+            required=setting.required,
+            default=None if setting.required else setting.default,
+            help=help_text.replace("%", "%%"),
+        )
+
+
+def from_flags(config_class: type, args: argparse.Namespace) -> Any:
+    """The config of parsed flags (`add_flags`)."""
+    return config_class(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_class)})
+
+
+def flags(config: Any) -> list[str]:
+    """The flags that give a stage `config` (a config dataclass instance); None is left out."""
+    args: list[str] = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is not None:
+            args += [f"--{field.name.replace('_', '-')}", format_flag_value(value)]
+    return args

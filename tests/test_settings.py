@@ -1,0 +1,116 @@
+"""One declaration per setting: a config dataclass's fields give the stage's flags and the
+Luigi task's parameters (name, type, choices, description, default)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+
+import luigi
+import pytest
+
+from contract import settings
+from pipeline.stage_params import stage_flags, stage_parameters
+from pipeline.train_task import Train
+from train.config import TrainConfig
+from train.launcher import worker_argv
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleConfig:
+    """Every kind of setting a stage may declare."""
+
+    data_dir: str = dataclasses.field(metadata={"help": "Where the data is."})
+    width: int = dataclasses.field(default=3, metadata={"help": "Units."})
+    rate: float = dataclasses.field(default=0.5, metadata={"help": "A rate."})
+    mode: str = dataclasses.field(default="a", metadata={"help": "A mode.", "choices": ("a", "b")})
+    note: str = dataclasses.field(default="", metadata={"help": "Free text."})
+    warm: bool = dataclasses.field(default=False, metadata={"help": "Warm start."})
+    hparams: dict = dataclasses.field(default_factory=dict, metadata={"help": "Free options."})
+    limit: float | None = dataclasses.field(default=None, metadata={"help": "A cap, or none."})
+
+
+@stage_parameters(ExampleConfig, skip=("data_dir",))
+class ExampleTask(luigi.Task):
+    """A task whose parameters come from ExampleConfig."""
+
+
+def parse(config_class: type, args: list[str]):
+    parser = argparse.ArgumentParser()
+    settings.add_flags(parser, config_class)
+    return settings.from_flags(config_class, parser.parse_args(args))
+
+
+def test_parameter_types_follow_the_field_types():
+    params = dict(ExampleTask.get_params())
+    assert "data_dir" not in params
+    kinds = {name: type(p) for name, p in params.items()}
+    assert kinds == {
+        "width": luigi.IntParameter,
+        "rate": luigi.FloatParameter,
+        "mode": luigi.ChoiceParameter,
+        "note": luigi.Parameter,
+        "warm": luigi.BoolParameter,
+        "hparams": luigi.DictParameter,
+        "limit": luigi.OptionalFloatParameter,
+    }
+    assert params["mode"]._choices == {"a", "b"}
+    assert params["width"].description == "Units." and params["width"]._default == 3
+
+
+def test_task_values_reach_the_stage_as_the_same_config():
+    task = ExampleTask(
+        width=7, rate=0.1, mode="b", note="x y", warm=True, hparams={"depth": [1, 2], "w": 64.0}
+    )
+    config = parse(ExampleConfig, ["--data-dir", "d", *stage_flags(task)])
+    assert config == ExampleConfig(
+        "d", 7, 0.1, "b", "x y", True, {"depth": [1, 2], "w": 64.0}, None
+    )
+
+
+def test_flags_round_trip_a_config():
+    config = ExampleConfig("d", 1, 1e-7, "b", "", True, {"k": {"n": 1}}, 0.25)
+    assert parse(ExampleConfig, settings.flags(config)) == config
+
+
+def test_a_setting_without_a_description_is_refused_naming_it():
+    @dataclasses.dataclass
+    class Undescribed:
+        depth: int = 2
+
+    with pytest.raises(TypeError, match="Undescribed.depth has no description"):
+        stage_parameters(Undescribed)(type("T", (luigi.Task,), {}))
+
+
+def test_the_stage_refuses_a_choice_it_does_not_know():
+    with pytest.raises(SystemExit):
+        parse(ExampleConfig, ["--data-dir", "d", "--mode", "c"])
+
+
+def test_train_task_declares_each_training_setting_as_the_stage_does():
+    params = dict(Train.get_params())
+    for setting in settings.settings_of(TrainConfig):
+        if setting.name in ("data_dir", "train_dir"):
+            assert setting.name not in params  # the run's folders, from output_root and date
+            continue
+        param = params[setting.name]
+        assert param._default == setting.default, setting.name
+        assert param.description.startswith(setting.help), setting.name
+        assert getattr(param, "_choices", set()) == set(setting.choices or ()), setting.name
+
+
+def test_train_task_command_gives_the_stage_the_tasks_values(tmp_path):
+    task = Train(date=datetime.date(2026, 1, 31), output_root=str(tmp_path), epochs=3, seed=9)
+    parser = argparse.ArgumentParser()
+    settings.add_flags(parser, TrainConfig)
+    parser.add_argument("--num-workers", type=int)
+    parser.add_argument("--max-restarts", type=int)
+    config = settings.from_flags(TrainConfig, parser.parse_args(task.command()[4:]))
+    assert (config.epochs, config.seed) == (3, 9)
+    assert config.precision == task.precision and config.model == task.model
+
+
+def test_worker_command_carries_the_launchers_config():
+    config = TrainConfig("d", "t", epochs=2, learning_rate=0.1 + 0.2, augment="flip-shift")
+    assert parse(TrainConfig, worker_argv(config)[4:]) == config
