@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup dataset run test lint typecheck bench clean clean-runs
+.PHONY: setup dataset run test lint typecheck bench docs clean clean-runs
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ test: setup dataset lint typecheck
 
 bench: setup dataset
 	$(BIN)/python -m bench
+
+# docs/configuration.md, from the parameters' declarations (tests/test_config_doc.py checks it).
+docs: setup
+	$(BIN)/python -m pipeline.config_doc --output docs/configuration.md
 
 # A local Dask cluster for `python -m preprocess run --runner=DaskRunner --dask_client_address=...`.
 WORKERS ?= 2

@@ -10,7 +10,9 @@ import luigi
 import pytest
 import yaml
 
+from pipeline.config import Docker, Executor
 from pipeline.evaluate_task import Evaluate
+from pipeline.full_run import FullRun
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
 from tests.factories import PROJECT_ROOT
@@ -20,6 +22,7 @@ TASKS: dict[str, type[luigi.Task]] = {
     "Train": Train,
     "Evaluate": Evaluate,
 }
+SECTIONS = {**TASKS, "FullRun": FullRun, "Executor": Executor, "Docker": Docker}
 # The run's folders: each recipe names its own (a container sees other paths than the host).
 PATHS = {"data_dir", "train_dir", "output_root", "manual_dir"}
 
@@ -50,9 +53,9 @@ def flags_of(args: list[str], task: type[luigi.Task]) -> dict[str, object]:
     return flags
 
 
-@pytest.mark.parametrize("section", TASKS)
+@pytest.mark.parametrize("section", SECTIONS)
 def test_luigi_cfg_names_only_parameters_and_values_that_differ(section):
-    params = dict(TASKS[section].get_params())
+    params = dict(SECTIONS[section].get_params())
     for name, text in luigi_cfg()[section].items():
         assert name in params, f"[{section}] {name} is no parameter of {section}"
         value = params[name].parse(text)
