@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -61,6 +62,30 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 def write_json_atomic(path: str, obj: Any) -> None:
     """Writes `obj` as indented JSON, atomically."""
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_file_atomic(path: str, write: Callable[[str], None]) -> None:
+    """`write(temporary sibling path)`, then `replace_durably` over `path`, creating its folder.
+
+    For files another writer makes (a TFRecord writer, a copy); a failed write removes its
+    temporary file, so a retry never leaves half a file under either name.
+    """
+    folder = os.path.dirname(path)
+    if folder and not tf.io.gfile.exists(folder):
+        tf.io.gfile.makedirs(folder)
+        sync_folder(os.path.dirname(folder))  # the new folder's own name
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        write(tmp)
+        replace_durably(tmp, path)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
+
+
+def copy_atomic(source: str, target: str) -> None:
+    """Copies `source` to `target` (any filesystems) through a temporary sibling."""
+    write_file_atomic(target, lambda tmp: tf.io.gfile.copy(source, tmp, overwrite=True))
 
 
 def read_json(path: str) -> Any:

@@ -155,10 +155,9 @@ def start(
 
 
 def _write_state(state_dir: str, state: dict[str, Any]) -> None:
-    temp = os.path.join(state_dir, f".{STATE_FILE}.tmp")
-    with open(temp, "w") as f:
-        json.dump(state, f, indent=2)
-    os.replace(temp, os.path.join(state_dir, STATE_FILE))
+    from contract import atomic  # TensorFlow's import is left to the commands that write
+
+    atomic.write_json_atomic(os.path.join(state_dir, STATE_FILE), state)
 
 
 def stop(state_dir: str, state: dict[str, Any] | None = None, grace: float = 10.0) -> list[int]:

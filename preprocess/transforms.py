@@ -25,9 +25,7 @@ import collections
 import functools
 import hashlib
 import math
-import posixpath
 import struct
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -35,6 +33,7 @@ import apache_beam as beam
 import tensorflow as tf
 
 from contract import layout
+from contract.atomic import write_file_atomic
 from preprocess.reading import Chunk, ChunkReader
 
 Keyed = tuple[bytes, bytes]  # (sha256 key, serialised record)
@@ -83,18 +82,6 @@ def fragment_path(staging_dir: str, role: str, bucket: int, chunk: Chunk) -> str
 def bucket_path(staging_dir: str, role: str, bucket: int) -> str:
     """Where a sorted bucket is spilled inside the staging folder."""
     return layout.join(staging_dir, BUCKETS_DIR, role, f"{bucket:07d}.tfrecord")
-
-
-def write_file_atomic(path: str, write: Callable[[str], None]) -> None:
-    """`write(temporary path)`, then a rename: a retried task never leaves half a file."""
-    tf.io.gfile.makedirs(posixpath.dirname(path))
-    temp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        write(temp)
-        tf.io.gfile.rename(temp, path, overwrite=True)
-    finally:
-        if tf.io.gfile.exists(temp):
-            tf.io.gfile.remove(temp)
 
 
 def write_records(path: str, records: Iterable[bytes]) -> None:

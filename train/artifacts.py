@@ -52,19 +52,6 @@ def with_retries(
     raise AssertionError("unreachable")
 
 
-def copy_atomic(source: str, target: str) -> None:
-    """Copies a local file to `target` (any filesystem) through a temporary sibling, durably
-    (`contract.atomic.replace_durably`)."""
-    folder = os.path.dirname(target)
-    created = not tf.io.gfile.exists(folder)
-    tf.io.gfile.makedirs(folder)
-    if created:
-        atomic.sync_folder(os.path.dirname(folder))  # the new folder's own name
-    tmp = f"{target}.tmp-copy"
-    tf.io.gfile.copy(source, tmp, overwrite=True)
-    atomic.replace_durably(tmp, target)
-
-
 def save_final(
     exported: keras.Model,
     core: keras.Model,
@@ -91,7 +78,9 @@ def save_final(
                 source = os.path.join(root, name)
                 rel = os.path.relpath(source, scratch).replace(os.sep, "/")
                 target = layout.join(train_dir, rel)
-                with_retries(functools.partial(copy_atomic, source, target), f"copying {rel}")
+                with_retries(
+                    functools.partial(atomic.copy_atomic, source, target), f"copying {rel}"
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -380,7 +380,7 @@ class Backup:
 
     def _copy(self, source: str, target: str, save_number: int) -> None:
         self.faults.check(save_number)
-        artifacts.copy_atomic(source, target)
+        atomic.copy_atomic(source, target)
 
     def _write_state(self, path: str, state: RunState) -> None:
         self.faults.check(state.saves)
