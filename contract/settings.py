@@ -56,15 +56,16 @@ KINDS = (bool, int, float, str, dict, list)
 def settings_of(config_class: type) -> Iterator[Setting]:
     """The settings of a config dataclass, in field order.
 
+    A field without help in its metadata gets an empty one (tests/test_settings.py fails on
+    it, and docs/configuration.md shows it).
+
     Raises:
-        TypeError: a field has no help in its metadata, or a type no flag can carry.
+        TypeError: a field's type is one no flag can carry.
     """
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         where = f"{config_class.__name__}.{field.name}"
-        help_text = field.metadata.get(HELP)
-        if not help_text:
-            raise TypeError(f'{where} has no description: declare it with metadata={{"help": ...}}')
+        help_text = field.metadata.get(HELP, "")
         kind, optional = _kind(hints[field.name], where)
         if field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
@@ -138,18 +139,18 @@ def format_flag_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)  # every digit: the stage gets the very number
     if isinstance(value, typing.Mapping):
-        return json.dumps(_plain(value), sort_keys=True)
+        return json.dumps(plain(value), sort_keys=True)
     if isinstance(value, list | tuple):
-        return json.dumps(_plain(value))
+        return json.dumps(plain(value))
     return str(value)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Luigi's frozen dicts and tuples as JSON's dicts and lists."""
     if isinstance(value, typing.Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 

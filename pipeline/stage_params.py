@@ -87,6 +87,13 @@ def stage_parameters(
     return decorate
 
 
+def stage_config(task: luigi.Task, config_class: type, **others: Any) -> Any:
+    """The stage's config of the task's values (Luigi's frozen dicts as plain ones) and
+    `others`, the settings the task derives itself (`skip`); the config's own checks apply."""
+    values = {name: settings.plain(getattr(task, name)) for name in getattr(task, STAGE_SETTINGS)}
+    return config_class(**values, **others)
+
+
 def stage_flags(task: luigi.Task) -> list[str]:
     """The stage command's flags for the task's values of its derived parameters."""
     args: list[str] = []

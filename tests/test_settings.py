@@ -11,7 +11,7 @@ import luigi
 import pytest
 
 from contract import settings
-from pipeline.stage_params import stage_flags, stage_parameters
+from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.train_task import Train
 from train.config import TrainConfig
 from train.launcher import worker_argv
@@ -74,13 +74,16 @@ def test_flags_round_trip_a_config():
     assert parse(ExampleConfig, settings.flags(config)) == config
 
 
-def test_a_setting_without_a_description_is_refused_naming_it():
-    @dataclasses.dataclass
-    class Undescribed:
-        depth: int = 2
+def test_every_training_setting_is_described():
+    undescribed = [s.name for s in settings.settings_of(TrainConfig) if not s.help.strip()]
+    assert not undescribed, 'describe these TrainConfig fields (metadata={"help": ...})'
 
-    with pytest.raises(TypeError, match="Undescribed.depth has no description"):
-        stage_parameters(Undescribed)(type("T", (luigi.Task,), {}))
+
+def test_the_tasks_values_make_the_stages_config():
+    task = ExampleTask(hparams={"depth": [1, 2]}, limit=0.5)
+    config = stage_config(task, ExampleConfig, data_dir="d")
+    assert config == ExampleConfig("d", hparams={"depth": [1, 2]}, limit=0.5)
+    assert type(config.hparams) is dict and type(config.hparams["depth"]) is list
 
 
 def test_the_stage_refuses_a_choice_it_does_not_know():
