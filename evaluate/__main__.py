@@ -6,10 +6,10 @@ import argparse
 import logging
 import sys
 
-from contract import layout, run_lock
+from contract import layout, run_lock, settings
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
-from evaluate.config import DEFAULT_MODEL_NAME, EvaluateConfig
+from evaluate.config import EvaluateConfig
 from evaluate.data import EvalSplitError
 from evaluate.serving import ExportBaseError, ExportError
 from evaluate.stage import TrainOutputError, run
@@ -24,52 +24,12 @@ def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
         description="Evaluate a run's final model on the whole eval split, write metrics, "
         "pictures, report and blessing, and move the latest pointer when blessed.",
     )
-    parser.add_argument("--output-root", required=True, help="folder with one subfolder per date")
-    parser.add_argument("--date", required=True, help="the run's date, YYYY-MM-DD")
-    parser.add_argument("--dataset", default="fashion_mnist", help="dataset the manifest must name")
-    parser.add_argument("--batch-size", type=int, default=1000, help="examples per inference batch")
-    parser.add_argument(
-        "--min-accuracy", type=float, default=None, help="absolute accuracy needed for blessing"
-    )
-    parser.add_argument(
-        "--max-regression",
-        type=float,
-        default=None,
-        help="largest accuracy drop against the last blessed model scored on this run's eval "
-        "set (0.01 = one point)",
-    )
-    parser.add_argument(
-        "--max-relative-regression",
-        type=float,
-        default=None,
-        help="largest accuracy drop against that baseline as a fraction of its accuracy "
-        "(0.01 = 1%% of it)",
-    )
-    parser.add_argument(
-        "--export-base",
-        default=None,
-        help="where blessed models are pushed for TF Serving, as "
-        "<export-base>/<model-name>/<YYYYMMDD>/ (default <output-root>/serving)",
-    )
-    parser.add_argument(
-        "--model-name",
-        default=DEFAULT_MODEL_NAME,
-        help="the served model's name, a folder under the export base",
-    )
+    settings.add_flags(parser, EvaluateConfig)
     args = parser.parse_args(argv)
     # EvaluateConfig checks the ranges (batch size >= 1, fractions in [0, 1]); main turns
     # its ValueError into the stage's one error line.
-    return EvaluateConfig(
-        output_root=args.output_root,
-        date=args.date,
-        dataset=args.dataset,
-        batch_size=args.batch_size,
-        min_accuracy=args.min_accuracy,
-        max_regression=args.max_regression,
-        max_relative_regression=args.max_relative_regression,
-        export_base=args.export_base,
-        model_name=args.model_name,
-    )
+    config: EvaluateConfig = settings.from_flags(EvaluateConfig, args)
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,30 +16,60 @@ DEFAULT_MODEL_NAME = "nightly"
 class EvaluateConfig:
     """Everything one evaluation needs; folders follow contract.layout.
 
-    Attributes:
-        output_root: folder holding one subfolder per run date (and the `latest` pointer).
-        date: the run's date, `YYYY-MM-DD`.
-        dataset: the dataset the manifest must name (a guard against mixing runs).
-        batch_size: examples per inference batch; it changes speed, never the numbers.
-        min_accuracy: absolute accuracy a model needs to be blessed; None skips the check.
-        max_regression: largest accuracy drop allowed against the last blessed model scored
-            on this run's eval set, in accuracy (0.01 is one percentage point); None skips it.
-        max_relative_regression: the same as a fraction of that baseline accuracy (0.01 is
-            1 % of it); None skips it.
-        export_base: where blessed models are pushed for TF Serving, as
-            `<export_base>/<model_name>/<version>/`; None for `<output_root>/serving`.
-        model_name: the served model's name, one folder name.
+    A field's metadata (help) makes its `python -m evaluate` flag and its Luigi Evaluate
+    parameter (contract.settings): a new setting is declared here and nowhere else.
     """
 
-    output_root: str
-    date: str
-    dataset: str = "fashion_mnist"
-    batch_size: int = 1000
-    min_accuracy: float | None = None
-    max_regression: float | None = None
-    max_relative_regression: float | None = None
-    export_base: str | None = None
-    model_name: str = DEFAULT_MODEL_NAME
+    output_root: str = dataclasses.field(
+        metadata={"help": "Folder holding one subfolder per run date (and the latest pointer)."}
+    )
+    date: str = dataclasses.field(metadata={"help": "The run's date, YYYY-MM-DD."})
+    dataset: str = dataclasses.field(
+        default="fashion_mnist",
+        metadata={"help": "The dataset the manifest must name (a guard against mixing runs)."},
+    )
+    batch_size: int = dataclasses.field(
+        default=1000,
+        metadata={
+            "help": "Examples per inference batch; changes speed and memory, never the metrics."
+        },
+    )
+    min_accuracy: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Accuracy (0-1) a model needs to be blessed; empty for no absolute threshold."
+        },
+    )
+    max_regression: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Largest accuracy drop (0-1; 0.01 = one point) allowed against the last "
+            "blessed model (<output_root>/latest.json) scored on this run's eval set; empty "
+            "for no absolute change threshold."
+        },
+    )
+    max_relative_regression: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Largest accuracy drop against that baseline as a fraction of its accuracy "
+            "(0-1; 0.01 = 1% of it); empty for no relative change threshold."
+        },
+    )
+    export_base: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Where blessed models are pushed as TF Serving SavedModels, "
+            "<export_base>/<model_name>/<YYYYMMDD>/ (local path or gs:// URL); empty for "
+            "<output_root>/serving."
+        },
+    )
+    model_name: str = dataclasses.field(
+        default=DEFAULT_MODEL_NAME,
+        metadata={
+            "help": "The served model's name: the folder under export_base that TF Serving's "
+            "--model_base_path names."
+        },
+    )
 
     def __post_init__(self) -> None:
         storage.check_supported(self.output_root)  # a ValueError naming the scheme

@@ -7,47 +7,25 @@ import sys
 import luigi
 
 from contract import layout
+from evaluate.config import EvaluateConfig
 from pipeline import config, runner, terminal
 from pipeline.params import RunTask
+from pipeline.stage_params import stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
 from pipeline.train_task import Train
 
 STAGE_LOG_FILE = "evaluate.log"
 
 
+@stage_parameters(
+    EvaluateConfig,
+    skip=("output_root", "date", "dataset"),  # the run's own, shared by every stage task
+)
 class Evaluate(RunTask):
-    """Scores the run's final model on the whole eval split, writes the report, blesses or not."""
+    """Scores the run's final model on the whole eval split, writes the report, blesses or not.
 
-    batch_size = luigi.IntParameter(
-        default=1000,
-        description="Examples per inference batch; changes speed and memory, never the metrics.",
-    )
-    min_accuracy = luigi.OptionalFloatParameter(
-        default=None,
-        description="Accuracy (0-1) a model needs to be blessed; empty for no absolute threshold.",
-    )
-    max_regression = luigi.OptionalFloatParameter(
-        default=None,
-        description="Largest accuracy drop (0-1; 0.01 = one point) allowed against the last "
-        "blessed model (<output_root>/latest.json) scored on this run's eval set; empty for no "
-        "absolute change threshold.",
-    )
-    max_relative_regression = luigi.OptionalFloatParameter(
-        default=None,
-        description="Largest accuracy drop against that baseline as a fraction of its accuracy "
-        "(0-1; 0.01 = 1 % of it); empty for no relative change threshold.",
-    )
-    export_base = luigi.OptionalParameter(
-        default=None,
-        description="Where blessed models are pushed as TF Serving SavedModels, "
-        "<export_base>/<model_name>/<YYYYMMDD>/ (local path or gs:// URL); empty for "
-        "<output_root>/serving.",
-    )
-    model_name = luigi.Parameter(
-        default="nightly",
-        description="The served model's name: the folder under export_base that TF Serving's "
-        "--model_base_path names.",
-    )
+    Every setting of evaluate.config.EvaluateConfig but the run's own is a parameter here too.
+    """
 
     def requires(self) -> luigi.Task:
         return Train(**self.shared_params())
@@ -59,29 +37,9 @@ class Evaluate(RunTask):
 
     def command(self) -> list[str]:
         """The stage's command line; with `[Executor] kind = docker` it runs in a container."""
-        args = [
-            sys.executable,
-            "-m",
-            "evaluate",
-            "--output-root",
-            self.output_root,
-            "--date",
-            self.date_str,
-            "--dataset",
-            self.dataset,
-            "--batch-size",
-            str(self.batch_size),
-        ]
-        if self.min_accuracy is not None:
-            args += ["--min-accuracy", repr(self.min_accuracy)]
-        if self.max_regression is not None:
-            args += ["--max-regression", repr(self.max_regression)]
-        if self.max_relative_regression is not None:
-            args += ["--max-relative-regression", repr(self.max_relative_regression)]
-        if self.export_base:
-            args += ["--export-base", self.export_base]
-        args += ["--model-name", self.model_name]
-        return args
+        args = [sys.executable, "-m", "evaluate", "--output-root", self.output_root]
+        args += ["--date", self.date_str, "--dataset", self.dataset]
+        return args + stage_flags(self)
 
     def run(self) -> None:
         self.hold_run_lock()

@@ -11,6 +11,8 @@ import luigi
 import pytest
 
 from contract import settings
+from evaluate.config import EvaluateConfig
+from pipeline.evaluate_task import Evaluate
 from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.train_task import Train
 from train.config import TrainConfig
@@ -74,9 +76,16 @@ def test_flags_round_trip_a_config():
     assert parse(ExampleConfig, settings.flags(config)) == config
 
 
-def test_every_training_setting_is_described():
-    undescribed = [s.name for s in settings.settings_of(TrainConfig) if not s.help.strip()]
-    assert not undescribed, 'describe these TrainConfig fields (metadata={"help": ...})'
+STAGES = [
+    (Train, TrainConfig, ("data_dir", "train_dir")),
+    (Evaluate, EvaluateConfig, ("output_root", "date", "dataset")),
+]
+
+
+@pytest.mark.parametrize("config_class", [TrainConfig, EvaluateConfig])
+def test_every_stage_setting_is_described(config_class):
+    undescribed = [s.name for s in settings.settings_of(config_class) if not s.help.strip()]
+    assert not undescribed, 'describe these fields (metadata={"help": ...})'
 
 
 def test_the_tasks_values_make_the_stages_config():
@@ -91,11 +100,11 @@ def test_the_stage_refuses_a_choice_it_does_not_know():
         parse(ExampleConfig, ["--data-dir", "d", "--mode", "c"])
 
 
-def test_train_task_declares_each_training_setting_as_the_stage_does():
-    params = dict(Train.get_params())
-    for setting in settings.settings_of(TrainConfig):
-        if setting.name in ("data_dir", "train_dir"):
-            assert setting.name not in params  # the run's folders, from output_root and date
+@pytest.mark.parametrize(("task", "config_class", "own"), STAGES)
+def test_task_declares_each_stage_setting_as_the_stage_does(task, config_class, own):
+    params = dict(task.get_params())
+    for setting in settings.settings_of(config_class):
+        if setting.name in own:  # the run's folders and shared values: the task sets them
             continue
         param = params[setting.name]
         assert param._default == setting.default, setting.name
@@ -112,6 +121,17 @@ def test_train_task_command_gives_the_stage_the_tasks_values(tmp_path):
     config = settings.from_flags(TrainConfig, parser.parse_args(task.command()[4:]))
     assert (config.epochs, config.seed) == (3, 9)
     assert config.precision == task.precision and config.model == task.model
+
+
+def test_evaluate_task_command_gives_the_stage_the_tasks_values(tmp_path):
+    from evaluate.__main__ import parse_args
+
+    task = Evaluate(date=datetime.date(2026, 1, 31), output_root=str(tmp_path), batch_size=7)
+    config = parse_args(task.command()[3:])
+    assert config == stage_config(
+        task, EvaluateConfig, output_root=str(tmp_path), date="2026-01-31", dataset=task.dataset
+    )
+    assert config.batch_size == 7
 
 
 def test_worker_command_carries_the_launchers_config():
