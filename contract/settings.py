@@ -154,20 +154,40 @@ def plain(value: Any) -> Any:
     return value
 
 
-def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
-    """Declares one flag per setting of `config_class`, with its help, type and choices."""
+def add_flags(
+    parser: argparse.ArgumentParser,
+    config_class: type,
+    underscores: bool = False,
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """Declares one flag per setting of `config_class`, with its help, type and choices.
+
+    Args:
+        underscores: also accept `--per_worker_batch_size` (Beam's spelling) beside
+            `--per-worker-batch-size`.
+        defaults: a command-line default for a setting the dataclass requires (a date: today).
+
+    A bool flag alone means true: `--overwrite`, `--overwrite true`, `--overwrite false`.
+    """
     for setting in settings_of(config_class):
+        default = (defaults or {}).get(setting.name, setting.default)
+        required = default is dataclasses.MISSING
         help_text = setting.help
-        if not setting.required:
-            help_text += f" (default: {format_flag_value(setting.default)})"
+        if not required:
+            help_text += f" (default: {format_flag_value(default)})"
+        names = [setting.flag]
+        if underscores and "_" in setting.name:
+            names.insert(0, f"--{setting.name}")
+        extra: dict[str, Any] = {"nargs": "?", "const": True} if setting.kind is bool else {}
         parser.add_argument(
-            setting.flag,
+            *names,
             dest=setting.name,
             type=flag_value_parser(setting),
             choices=setting.choices,
-            required=setting.required,
-            default=None if setting.required else setting.default,
+            required=required,
+            default=None if required else default,
             help=help_text.replace("%", "%%"),
+            **extra,
         )
 
 

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime
 
+from contract import settings
 from preprocess.errors import BadInputError
 
 # The eval split that falls back to a held-out part of the train split when the dataset has
@@ -17,29 +18,138 @@ DEFAULT_EVAL_SPLIT = "test"
 class PreprocessConfig:
     """The stage's own parameters (Beam's options travel separately)."""
 
-    output_root: str
-    date: str
-    dataset: str = "fashion_mnist"
-    num_workers: int = 2
-    validation_fraction: float = 0.1
-    data_dir: str = ".cache/tensorflow_datasets"
-    manual_dir: str | None = None
-    manual_checksums: str | None = None
-    train_split: str = "train"
-    eval_split: str = DEFAULT_EVAL_SPLIT
-    eval_fraction: float = 0.1
-    window_days: int | None = None
-    resize: str = ""
-    image_feature: str = "image"
-    label_feature: str = "label"
-    raw_image_shape: str = ""
-    seed: str = "0"
-    max_records_per_file: int = 100_000
-    max_bytes_per_file: int = 128 << 20
-    bucket_bytes: int = 64 << 20
-    read_chunk_size: int = 10_000
-    batch_size: int = 1_000
-    overwrite: bool = False
+    output_root: str = dataclasses.field(
+        metadata={"help": "Folder (local path or gs:// URL) holding one subfolder per run date."}
+    )
+    date: str = dataclasses.field(
+        metadata={"help": "The run's date, YYYY-MM-DD; output goes to <output_root>/<date>/data."}
+    )
+    dataset: str = dataclasses.field(
+        default="fashion_mnist",
+        metadata={
+            "help": "A TFDS name ('fashion_mnist', 'name/config'), a TFDS builder by import "
+            "path ('tfds:my_pkg.my_module[:MyBuilder]'), an image folder ('imagefolder:ROOT') "
+            "or TFRecord files of tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); see "
+            "docs/extending.md."
+        },
+    )
+    num_workers: int = dataclasses.field(
+        default=2, metadata={"help": "Number of training workers the train split is cut for."}
+    )
+    validation_fraction: float = dataclasses.field(
+        default=0.1,
+        metadata={"help": "Share of the train split held out for validation, in [0, 1)."},
+    )
+    data_dir: str = dataclasses.field(
+        default=".cache/tensorflow_datasets",
+        metadata={"help": "TFDS data folder; the dataset is built there once and reused."},
+    )
+    manual_dir: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Folder with the dataset's source files for an offline build, checked "
+            "against preprocess/sources/<dataset>.sha256 or manual_checksums; empty to let "
+            "TFDS download them."
+        },
+    )
+    manual_checksums: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "sha256sum-format file of the source files; empty for the recorded one."},
+    )
+    train_split: str = dataclasses.field(
+        default="train",
+        metadata={
+            "help": "Split to train on, in TFDS split syntax ('train', 'train[:90%]', "
+            "'train+extra'); validation is held out of it."
+        },
+    )
+    eval_split: str = dataclasses.field(
+        default=DEFAULT_EVAL_SPLIT,
+        metadata={
+            "help": f"Split to evaluate on, in TFDS split syntax. '{DEFAULT_EVAL_SPLIT}' on a "
+            "dataset without such a split holds out eval_fraction of the train split instead "
+            "(recorded in the manifest); any other name must exist."
+        },
+    )
+    eval_fraction: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "help": "Share of the train split held out for evaluation when the dataset has no "
+            f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1); cut by the seed's hash, like validation."
+        },
+    )
+    window_days: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "drops: datasets: train on the last N days of drops up to and including "
+            "the run's date (earlier days without files are listed in the manifest; the run's "
+            "own day without files fails the run). Empty: the run's own day only."
+        },
+    )
+    resize: str = dataclasses.field(
+        default="",
+        metadata={
+            "help": "HxW every image is resized to (imagefolder: and tfrecord: datasets); "
+            "empty: all images must have one size."
+        },
+    )
+    image_feature: str = dataclasses.field(
+        default="image",
+        metadata={"help": "tfrecord: datasets: the tf.train.Example feature holding the image."},
+    )
+    label_feature: str = dataclasses.field(
+        default="label",
+        metadata={
+            "help": "tfrecord: datasets: the feature holding the label (int64 class index or "
+            "bytes class name)."
+        },
+    )
+    raw_image_shape: str = dataclasses.field(
+        default="",
+        metadata={
+            "help": "tfrecord: datasets: HxWxC when the image feature holds raw uint8 pixels; "
+            "empty when it holds encoded images (PNG, JPEG, GIF, BMP)."
+        },
+    )
+    seed: str = dataclasses.field(
+        default="0",
+        metadata={
+            "help": "Mixed into the keys that order and assign records; same seed, same shards."
+        },
+    )
+    max_records_per_file: int = dataclasses.field(
+        default=100_000,
+        metadata={
+            "help": "Most records in one shard file; a worker's part is split into more files."
+        },
+    )
+    max_bytes_per_file: int = dataclasses.field(
+        default=128 << 20,
+        metadata={
+            "help": "Most bytes in one shard file (files are cut by bytes, then by record count)."
+        },
+    )
+    bucket_bytes: int = dataclasses.field(
+        default=64 << 20,
+        metadata={"help": "About how many bytes of records one Beam worker sorts at a time."},
+    )
+    read_chunk_size: int = dataclasses.field(
+        default=10_000,
+        metadata={
+            "help": "Examples per read task (the unit of read parallelism); speed only, never "
+            "the bytes written."
+        },
+    )
+    batch_size: int = dataclasses.field(
+        default=1_000,
+        metadata={"help": "Records per Beam element; speed only, never the bytes written."},
+    )
+    overwrite: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Replace a complete shard set of the same date; without it the stage refuses."
+        },
+    )
 
     def check(self) -> None:
         """Rejects parameter values the job cannot honour.
@@ -107,136 +217,13 @@ def parse_dimensions(name: str, text: str, parts: tuple[str, ...]) -> list[int] 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declares the stage's own flags (everything else on the command line goes to Beam)."""
-    d = PreprocessConfig(output_root="", date="")
-    parser.add_argument(
-        "--output_root",
-        "--output-root",
-        required=True,
-        help="folder (local or gs://) holding one subfolder per run date",
-    )
-    parser.add_argument(
-        "--date",
-        default=datetime.date.today().isoformat(),
-        help="run date YYYY-MM-DD; output goes to <output_root>/<date>/data",
-    )
-    parser.add_argument(
-        "--dataset",
-        default=d.dataset,
-        help="a TFDS name ('fashion_mnist', 'name/config'), a TFDS builder by import path "
-        "('tfds:my_pkg.my_module[:MyBuilder]'), an image folder ('imagefolder:ROOT') or "
-        "TFRecord files of tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); "
-        "see docs/extending.md",
-    )
-    parser.add_argument(
-        "--num_workers",
-        "--num-workers",
-        type=int,
-        default=d.num_workers,
-        help="number of training workers the train split is cut for",
-    )
-    parser.add_argument(
-        "--validation_fraction",
-        "--validation-fraction",
-        type=float,
-        default=d.validation_fraction,
-        help="share of the train split held out for validation, in [0, 1)",
-    )
-    parser.add_argument("--data_dir", "--data-dir", default=d.data_dir, help="TFDS data folder")
-    parser.add_argument(
-        "--manual_dir",
-        "--manual-dir",
-        default=None,
-        help="folder with the dataset's source files (offline build); omit to let TFDS download",
-    )
-    parser.add_argument(
-        "--manual_checksums",
-        "--manual-checksums",
-        default=None,
-        help="sha256sum file of the source files (default preprocess/sources/<dataset>.sha256)",
-    )
-    parser.add_argument(
-        "--train_split",
-        default=d.train_split,
-        help="split to train on, in TFDS split syntax ('train', 'train[:90%%]', 'train+extra')",
-    )
-    parser.add_argument(
-        "--eval_split",
-        default=d.eval_split,
-        help=f"split to evaluate on, in TFDS split syntax; '{DEFAULT_EVAL_SPLIT}' on a dataset "
-        "without one holds out --eval_fraction of the train split instead",
-    )
-    parser.add_argument(
-        "--eval_fraction",
-        type=float,
-        default=d.eval_fraction,
-        help=f"share of the train split held out for evaluation when the dataset has no "
-        f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1)",
-    )
-    parser.add_argument(
-        "--window_days",
-        "--window-days",
-        type=int,
-        default=d.window_days,
-        help="drops: datasets: read the last N days of drops up to and including --date "
-        "(default 1: the run's own day)",
-    )
-    parser.add_argument(
-        "--resize",
-        default=d.resize,
-        help="HxW every image is resized to (imagefolder, tfrecord); empty: all images must "
-        "have one size",
-    )
-    parser.add_argument(
-        "--image_feature",
-        default=d.image_feature,
-        help="tfrecord: the tf.train.Example feature holding the image",
-    )
-    parser.add_argument(
-        "--label_feature",
-        default=d.label_feature,
-        help="tfrecord: the feature holding the label (int64 class index or bytes class name)",
-    )
-    parser.add_argument(
-        "--raw_image_shape",
-        default=d.raw_image_shape,
-        help="tfrecord: HxWxC when the image feature holds raw uint8 pixels; empty: encoded "
-        "(PNG, JPEG, GIF, BMP)",
-    )
-    parser.add_argument("--seed", default=d.seed, help="mixed into the keys that order records")
-    parser.add_argument(
-        "--max_records_per_file",
-        type=int,
-        default=d.max_records_per_file,
-        help="most records in one shard file",
-    )
-    parser.add_argument(
-        "--max_bytes_per_file",
-        type=int,
-        default=d.max_bytes_per_file,
-        help="most bytes in one shard file (files are cut by bytes, then by record count)",
-    )
-    parser.add_argument(
-        "--bucket_bytes",
-        type=int,
-        default=d.bucket_bytes,
-        help="about how many bytes of records one Beam worker sorts at a time",
-    )
-    parser.add_argument(
-        "--read_chunk_size",
-        type=int,
-        default=d.read_chunk_size,
-        help="examples per read task (the unit of read parallelism)",
-    )
-    parser.add_argument(
-        "--batch_size", type=int, default=d.batch_size, help="records per Beam element"
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace a complete shard set of the same date"
-    )
+    """Declares the stage's own flags (everything else on the command line goes to Beam):
+    one per PreprocessConfig field, as `--num_workers` (Beam's spelling) or `--num-workers`."""
+    today = datetime.date.today().isoformat()
+    settings.add_flags(parser, PreprocessConfig, underscores=True, defaults={"date": today})
 
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     """The config of parsed flags."""
-    names = {f.name for f in dataclasses.fields(PreprocessConfig)}
-    return PreprocessConfig(**{k: v for k, v in vars(args).items() if k in names})
+    config: PreprocessConfig = settings.from_flags(PreprocessConfig, args)
+    return config

@@ -13,8 +13,10 @@ import pytest
 from contract import settings
 from evaluate.config import EvaluateConfig
 from pipeline.evaluate_task import Evaluate
+from pipeline.preprocess_task import Preprocess
 from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.train_task import Train
+from preprocess.config import PreprocessConfig
 from train.config import TrainConfig
 from train.launcher import worker_argv
 
@@ -79,10 +81,11 @@ def test_flags_round_trip_a_config():
 STAGES = [
     (Train, TrainConfig, ("data_dir", "train_dir")),
     (Evaluate, EvaluateConfig, ("output_root", "date", "dataset")),
+    (Preprocess, PreprocessConfig, ("output_root", "date", "dataset", "num_workers", "overwrite")),
 ]
 
 
-@pytest.mark.parametrize("config_class", [TrainConfig, EvaluateConfig])
+@pytest.mark.parametrize("config_class", [TrainConfig, EvaluateConfig, PreprocessConfig])
 def test_every_stage_setting_is_described(config_class):
     undescribed = [s.name for s in settings.settings_of(config_class) if not s.help.strip()]
     assert not undescribed, 'describe these fields (metadata={"help": ...})'

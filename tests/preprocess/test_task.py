@@ -11,11 +11,21 @@ import sys
 
 import pytest
 
-from pipeline.preprocess_task import Preprocess, preprocess_args
+from pipeline.preprocess_task import Preprocess
 from tests import factories
 
 
-def test_command_maps_every_parameter():
+def parse_stage_command(command: list[str]):
+    """What `python -m preprocess run` makes of a command: its config and Beam's flags."""
+    from preprocess import config
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    config.add_arguments(parser)
+    known, beam_args = parser.parse_known_args(command[4:])
+    return config.config_from_args(known), beam_args
+
+
+def test_command_gives_the_stage_every_parameter():
     task = Preprocess(
         date=datetime.date(2026, 1, 31),
         output_root="gs://bucket/runs",
@@ -25,45 +35,25 @@ def test_command_maps_every_parameter():
         beam_args="--runner=DataflowRunner --project=p",
         train_split="train[:90%]",
         eval_split="train[90%:]",
+        seed="7",
     )
     command = task.command()
-    assert command[:3] == [sys.executable, "-m", "preprocess"]
-    assert command[3:] == preprocess_args(
-        output_root="gs://bucket/runs",
-        date="2026-01-31",
-        dataset="fashion_mnist",
-        num_workers=3,
-        validation_fraction=0.2,
-        data_dir=".cache/tensorflow_datasets",
-        manual_dir="/src",
-        beam_args="--runner=DataflowRunner --project=p",
-        train_split="train[:90%]",
-        eval_split="train[90%:]",
-    )
-    assert "--train_split=train[:90%]" in command and "--eval_split=train[90%:]" in command
-    assert "--validation_fraction=0.2" in command and "--manual_dir=/src" in command
-    assert command[-2:] == ["--runner=DataflowRunner", "--project=p"]
+    assert command[:4] == [sys.executable, "-m", "preprocess", "run"]
+    cfg, beam_args = parse_stage_command(command)
+    assert (cfg.output_root, cfg.date, cfg.num_workers) == ("gs://bucket/runs", "2026-01-31", 3)
+    assert (cfg.validation_fraction, cfg.manual_dir, cfg.seed) == (0.2, "/src", "7")
+    assert (cfg.train_split, cfg.eval_split, cfg.resize) == ("train[:90%]", "train[90%:]", "")
+    assert cfg.overwrite is False
+    assert beam_args == ["--runner=DataflowRunner", "--project=p"]
     assert task.output().path == "gs://bucket/runs/2026-01-31/data/manifest.json"
 
 
-def test_stage_parses_the_command():
-    from preprocess import config
-
-    args = preprocess_args(
-        "runs", "2026-01-31", "mnist", 4, 0.25, "/tfds", seed="7", eval_split="test[:50%]"
-    )
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    config.add_arguments(parser)
-    known, beam_args = parser.parse_known_args(args[1:] + ["--runner=DirectRunner"])
-    cfg = config.config_from_args(known)
-    assert (cfg.dataset, cfg.num_workers, cfg.validation_fraction, cfg.seed) == (
-        "mnist",
-        4,
-        0.25,
-        "7",
-    )
-    assert (cfg.train_split, cfg.eval_split, cfg.resize) == ("train", "test[:50%]", "")
-    assert beam_args == ["--runner=DirectRunner"]
+def test_stage_takes_beams_spelling_and_a_bare_bool_flag():
+    command = [sys.executable, "-m", "preprocess", "run", "--output_root=r", "--date=2026-01-31"]
+    command += ["--num_workers=4", "--max-bytes-per-file", "9", "--overwrite", "--runner=X"]
+    cfg, beam_args = parse_stage_command(command)
+    assert (cfg.num_workers, cfg.max_bytes_per_file, cfg.overwrite) == (4, 9, True)
+    assert beam_args == ["--runner=X"]
 
 
 @pytest.mark.e2e
