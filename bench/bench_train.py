@@ -7,6 +7,7 @@ Training throughputs come from separate processes (thread pools are fixed per pr
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import shutil
@@ -28,20 +29,18 @@ WARMUP_STEPS = 130  # one pass over a worker's 15k examples: cache and shuffle b
 READ_PASSES = 10
 Recipe = dict[str, str | int | float]  # Train flags, and the global batch
 
-# The nightly run's training recipe (luigi.cfg [Train]: 256 per worker, two workers, precision
-# auto: bfloat16 on a CPU with AMX-BF16, a backup every 400 steps), the same in float32, and
-# the one it replaced (cnn without augmentation, 256 per worker, a backup every 100 steps).
-DEFAULT: Recipe = {
-    "model": "cnn3",
-    "augment": "flip-shift",
-    "lr_schedule": "cosine",
-    "warmup_epochs": 1,
-    "label_smoothing": 0.1,
-    "learning_rate": 0.006,
-    "precision": "auto",
-    "save_freq_steps": 400,
-    "global_batch": 512,
-}
+
+def nightly_recipe() -> Recipe:
+    """luigi.cfg's [Train] section: the nightly's settings that differ from the defaults."""
+    config = configparser.ConfigParser()
+    config.read(os.path.join(PROJECT_ROOT, "luigi.cfg"))
+    return {name: value for name, value in config["Train"].items()}
+
+
+# The nightly run's training recipe (256 per worker, two workers, precision auto: bfloat16 on a
+# CPU with AMX-BF16), the same in float32, and the one it replaced (cnn without augmentation,
+# 256 per worker, a backup every 100 steps).
+DEFAULT: Recipe = {**nightly_recipe(), "global_batch": 512}
 DEFAULT_FLOAT32: Recipe = {**DEFAULT, "precision": "float32"}
 OLD_DEFAULT: Recipe = {
     "model": "cnn",
