@@ -12,13 +12,18 @@ import sys
 import luigi
 from luigi.parameter import ConfigPath
 
-from contract import layout, run_lock, storage
+from contract import layout, run_lock, settings, storage
 from contract.messages import error_line
 from pipeline import config
+from pipeline.stage_params import parameter_for
+from preprocess.config import PreprocessConfig
 
 
 def _from_preprocess(name: str) -> ConfigPath:
     return {"section": "Preprocess", "name": name}
+
+
+_PREPROCESS = {s.name: s for s in settings.settings_of(PreprocessConfig)}
 
 
 class RunTask(luigi.Task):
@@ -34,19 +39,9 @@ class RunTask(luigi.Task):
         description="Folder (local path or gs:// URL) holding one subfolder per run date; "
         "other schemes (s3://...) are refused before anything runs.",
     )
-    dataset = luigi.Parameter(
-        default="fashion_mnist",
-        config_path=_from_preprocess("dataset"),
-        description="The images to train on: a TFDS name ('fashion_mnist', 'name/config'), "
-        "a TFDS builder by import path ('tfds:my_pkg.my_module[:MyBuilder]'), an image folder "
-        "('imagefolder:ROOT', ROOT/<class name>/*.png|jpg) or TFRecord files of "
-        "tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); see docs/extending.md.",
-    )
-    num_workers = luigi.IntParameter(
-        default=2,
-        config_path=_from_preprocess("num_workers"),
-        description="Number of training workers; the shard set is cut into this many parts.",
-    )
+    # The stages' own settings that every task shares, as preprocess declares them.
+    dataset = parameter_for(_PREPROCESS["dataset"], _from_preprocess("dataset"))
+    num_workers = parameter_for(_PREPROCESS["num_workers"], _from_preprocess("num_workers"))
 
     def complete(self) -> bool:
         # luigi asks the task it was started with for complete() before anything else runs:

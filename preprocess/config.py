@@ -27,14 +27,15 @@ class PreprocessConfig:
     dataset: str = dataclasses.field(
         default="fashion_mnist",
         metadata={
-            "help": "A TFDS name ('fashion_mnist', 'name/config'), a TFDS builder by import "
-            "path ('tfds:my_pkg.my_module[:MyBuilder]'), an image folder ('imagefolder:ROOT') "
-            "or TFRecord files of tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); see "
-            "docs/extending.md."
+            "help": "The images to train on: a TFDS name ('fashion_mnist', 'name/config'), a "
+            "TFDS builder by import path ('tfds:my_pkg.my_module[:MyBuilder]'), an image "
+            "folder ('imagefolder:ROOT', ROOT/<class name>/*.png|jpg) or TFRecord files of "
+            "tf.train.Example ('tfrecord:[SPLIT=]PATTERN[,...]'); see docs/extending.md."
         },
     )
     num_workers: int = dataclasses.field(
-        default=2, metadata={"help": "Number of training workers the train split is cut for."}
+        default=2,
+        metadata={"help": "Number of training workers; the shard set is cut into this many parts."},
     )
     validation_fraction: float = dataclasses.field(
         default=0.1,
