@@ -1,10 +1,11 @@
 """A stage's settings written once: the fields of its config dataclass carry their own help.
 
-Each field of a stage's config (train.config.TrainConfig) is declared with
-`dataclasses.field(default=..., metadata={"help": "...", "choices": (...)})`. The stage's
+Each field of a stage's config (TrainConfig, PreprocessConfig, EvaluateConfig) is declared
+with `dataclasses.field(default=..., metadata={"help": "...", "choices": (...)})`. The stage's
 command line (`add_flags`) and the pipeline's Luigi parameters (pipeline.stage_params) are
 both built from those fields, so a new setting needs no other declaration: its name, type,
-default, choices and description come from the dataclass.
+default, choices and description come from the dataclass (and docs/configuration.md from
+those, by `make docs`).
 """
 
 from __future__ import annotations

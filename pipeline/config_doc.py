@@ -51,8 +51,9 @@ parameter marked *falls back to [Section] name* reads that option of luigi.cfg w
 section lacks it, so the stages agree on one value. `luigi.cfg` holds the nightly recipe: only
 the values that differ from the defaults (shown in the luigi.cfg column).
 
-The train stage's settings are declared once, on `train.config.TrainConfig`: the Train task
-and `python -m train launch|worker` take the same names (flags with dashes), types, choices
+Each stage's settings are declared once, on its config (`preprocess.config.PreprocessConfig`,
+`train.config.TrainConfig`, `evaluate.config.EvaluateConfig`): the task and the stage's command
+line (`python -m train launch --per-worker-batch-size 128`) take the same names, types, choices
 and defaults.
 """
 
