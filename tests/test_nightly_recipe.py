@@ -3,7 +3,6 @@ defaults, and the container recipes (compose, Kubernetes) pass the same values."
 
 from __future__ import annotations
 
-import configparser
 import re
 
 import luigi
@@ -16,6 +15,7 @@ from pipeline.full_run import FullRun
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
 from tests.factories import PROJECT_ROOT
+from tests.recipe import luigi_cfg
 
 TASKS: dict[str, type[luigi.Task]] = {
     "Preprocess": Preprocess,
@@ -25,12 +25,6 @@ TASKS: dict[str, type[luigi.Task]] = {
 SECTIONS = {**TASKS, "FullRun": FullRun, "Executor": Executor, "Docker": Docker}
 # The run's folders: each recipe names its own (a container sees other paths than the host).
 PATHS = {"data_dir", "train_dir", "output_root", "manual_dir"}
-
-
-def luigi_cfg() -> configparser.ConfigParser:
-    config = configparser.ConfigParser()
-    config.read(PROJECT_ROOT / "luigi.cfg")
-    return config
 
 
 def recipe(section: str) -> dict[str, object]:

@@ -19,6 +19,7 @@ import pytest
 from contract import layout
 from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
+from tests.recipe import nightly
 from tests.train.conftest import (
     history,
     launch_argv,
@@ -37,16 +38,19 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
-# The nightly recipe's kind (README, "Train stage"): on-the-fly augmentation, a warmed-up
-# cosine schedule and label smoothing, all of whose state a resume must put back; with cnn2 in
-# float32 and with the nightly cnn3 computing in bfloat16.
+# The nightly recipe's kind (luigi.cfg [Train]) in 3 epochs: on-the-fly augmentation, a
+# warmed-up cosine schedule and label smoothing, all of whose state a resume must put back;
+# with cnn2 in float32 and with the nightly cnn3 computing in bfloat16.
 RECIPE = {
+    **nightly(
+        "Train",
+        "augment",
+        "lr_schedule",
+        "warmup_epochs",
+        "label_smoothing",
+        "early_stopping_patience",
+    ),
     "epochs": 3,
-    "augment": "flip-shift",
-    "lr_schedule": "cosine",
-    "warmup_epochs": 1,
-    "label_smoothing": 0.1,
-    "early_stopping_patience": 0,
 }
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
 # What must match between runs: everything in history.json but this attempt's own figures.
