@@ -111,16 +111,17 @@ def parse_bool(text: str) -> bool:
 
 
 def _parse_json(kind: type) -> Callable[[str], Any]:
+    what = "a JSON object" if kind is dict else "a JSON array"
+
     def parse(text: str) -> Any:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}: {e}") from None
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}: {e}") from None
         if not isinstance(value, kind):
-            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
 
-    parse.__name__ = kind.__name__  # argparse names the type in its errors
     return parse
 
 
