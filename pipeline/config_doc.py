@@ -19,6 +19,7 @@ import luigi
 
 from contract import atomic
 from pipeline.config import Docker, Executor
+from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.full_run import FullRun
 from pipeline.params import RunTask
@@ -32,6 +33,7 @@ PAGE = PROJECT_ROOT / "docs" / "configuration.md"
 SECTIONS: list[tuple[type[luigi.Task], str]] = [
     (FullRun, "The nightly entry point: Preprocess, Train and Evaluate of one date."),
     (Preprocess, "The preprocess stage (`python -m preprocess run`)."),
+    (DataGate, "The data gate between Preprocess and Train (`python -m preprocess.data_gate`)."),
     (Train, "The train stage (`python -m train launch`); each setting is also its flag."),
     (Evaluate, "The evaluate stage (`python -m evaluate`)."),
     (Executor, "Where the stages run."),
@@ -141,8 +143,8 @@ def render(luigi_cfg: Path = LUIGI_CFG) -> str:
     lines = [INTRO]
     lines += ["## Every stage task", ""]
     lines += [
-        "Preprocess, Train, Evaluate and FullRun each take these; the luigi.cfg column is",
-        "[Preprocess]'s, which the others fall back to.",
+        "Preprocess, DataGate, Train, Evaluate and FullRun each take these; the luigi.cfg",
+        "column is [Preprocess]'s, which the others fall back to.",
         "",
     ]
     lines += table(Preprocess, config, shared) + [""]
