@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pipeline.config import Docker, Executor
+from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.full_run import FullRun
 from pipeline.preprocess_task import Preprocess
@@ -22,7 +23,8 @@ TASKS: dict[str, type[luigi.Task]] = {
     "Train": Train,
     "Evaluate": Evaluate,
 }
-SECTIONS = {**TASKS, "FullRun": FullRun, "Executor": Executor, "Docker": Docker}
+SECTIONS = {**TASKS, "DataGate": DataGate, "FullRun": FullRun}
+SECTIONS |= {"Executor": Executor, "Docker": Docker}
 # The run's folders: each recipe names its own (a container sees other paths than the host).
 PATHS = {"data_dir", "train_dir", "output_root", "manual_dir"}
 
