@@ -57,7 +57,7 @@ def test_a_copied_model_and_its_new_folder_are_flushed(tmp_path, disk_events):
     source = tmp_path / "scratch.keras"
     source.write_bytes(b"model")
     target = str(tmp_path / "train" / "final_checkpoint" / "ckpt.index")
-    artifacts.copy_atomic(str(source), target)
+    atomic.copy_atomic(str(source), target)
     _renamed_durably(disk_events, target)
     assert ("fsync", str(tmp_path / "train")) in disk_events  # the new folder's name
     with open(target, "rb") as f:
