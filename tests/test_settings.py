@@ -17,7 +17,7 @@ from pipeline.preprocess_task import Preprocess
 from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.train_task import Train
 from preprocess.config import PreprocessConfig
-from train.config import TrainConfig
+from train.config import WARM_START_SETTLED, TrainConfig
 from train.launcher import worker_argv
 
 
@@ -79,7 +79,7 @@ def test_flags_round_trip_a_config():
 
 
 STAGES = [
-    (Train, TrainConfig, ("data_dir", "train_dir")),
+    (Train, TrainConfig, ("data_dir", "train_dir", *WARM_START_SETTLED)),
     (Evaluate, EvaluateConfig, ("output_root", "date", "dataset")),
     (Preprocess, PreprocessConfig, ("output_root", "date", "dataset", "num_workers", "overwrite")),
 ]
