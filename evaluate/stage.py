@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, layout, manifest, model_code, pointer
+from contract import atomic, dates, layout, manifest, model_code, pointer
 from evaluate import baseline, blessing, data, plots, report, report_page, scoring, serving, trend
 from evaluate.config import EvaluateConfig
 
@@ -280,7 +280,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         if (
             verdict["moves_latest_pointer"]
             and current is not None
-            and str(current.get("date", "")) > config.date
+            and dates.is_later(current.get("date"), config.date)
         ):
             # An unfinished newer evaluation holds the pointer: a backfill never takes it.
             verdict["moves_latest_pointer"] = False

@@ -12,8 +12,8 @@ import sys
 import luigi
 from luigi.parameter import ConfigPath
 
-from contract import layout, run_lock, storage
-from contract.messages import error_line
+from contract import dates, layout, run_lock, storage
+from contract.messages import EXIT_BAD_INPUT, error_line
 from pipeline import config
 
 
@@ -21,10 +21,26 @@ def _from_preprocess(name: str) -> ConfigPath:
     return {"section": "Preprocess", "name": name}
 
 
+class RunDateParameter(luigi.DateParameter):
+    """A run's date, exactly `YYYY-MM-DD` (luigi's own also takes `2026-1-5`).
+
+    luigi parses the command line and luigi.cfg before any task exists, and a ValueError there
+    is a traceback; a date that is not a calendar date `YYYY-MM-DD` stops the program here with
+    the stages' one error line and exit 2 instead, before anything runs.
+    """
+
+    def parse(self, s: str) -> datetime.date:
+        try:
+            return dates.parse(s, "--date")
+        except dates.DateError as e:
+            print(error_line(str(e)), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+
+
 class RunTask(luigi.Task):
     """Base of the stage tasks: the run's date, where it writes, the dataset and worker count."""
 
-    date = luigi.DateParameter(
+    date = RunDateParameter(
         default=datetime.date.today(),
         description="The run's date; outputs go under <output_root>/<date>/.",
     )

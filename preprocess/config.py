@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime
 
+from contract import dates
 from preprocess.errors import BadInputError
 
 # The eval split that falls back to a held-out part of the train split when the dataset has
@@ -48,9 +49,9 @@ class PreprocessConfig:
             BadInputError: naming the parameter and its allowed range.
         """
         try:
-            datetime.date.fromisoformat(self.date)
-        except ValueError:
-            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'") from None
+            dates.parse(self.date)
+        except dates.DateError as e:
+            raise BadInputError(str(e)) from None
         if self.num_workers < 1:
             raise BadInputError(f"num_workers must be at least 1, got {self.num_workers}")
         if not 0.0 <= self.validation_fraction < 1.0:
