@@ -62,13 +62,22 @@ def load_model(path: str) -> tf_keras.Model:
     """Loads the chief's final model for inference only (the loss is computed here).
 
     Raises:
-        TrainOutputError: the model file is missing.
+        TrainOutputError: the model file is missing or unreadable (truncated, not a model).
     """
     if not tf.io.gfile.exists(path):
         raise TrainOutputError(f"model not found: {path} (run the train stage first)")
-    # A user's own layers load from their module (docs/extending.md).
-    custom = model_code.custom_objects(path)
-    return tf_keras.models.load_model(path, compile=False, custom_objects=custom)
+    try:
+        # A user's own layers load from their module (docs/extending.md).
+        custom = model_code.custom_objects(path)
+        return tf_keras.models.load_model(path, compile=False, custom_objects=custom)
+    except model_code.ModelCodeError:
+        raise  # names the module or class itself
+    except Exception as e:  # noqa: BLE001 - zip, HDF5 and Keras each raise their own kind
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise TrainOutputError(
+            f"model {path} is unreadable ({type(e).__name__}: {reason}): it is truncated or "
+            "not a Keras model; rerun the train stage (--force-stage train)"
+        ) from None
 
 
 def score_model(

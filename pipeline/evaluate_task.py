@@ -7,6 +7,7 @@ import sys
 import luigi
 
 from contract import layout
+from evaluate.__main__ import parse_args
 from pipeline import config, runner, terminal
 from pipeline.params import RunTask
 from pipeline.targets import GFileTarget
@@ -48,6 +49,11 @@ class Evaluate(RunTask):
         description="The served model's name: the folder under export_base that TF Serving's "
         "--model_base_path names.",
     )
+
+    def check_parameters(self) -> None:
+        # The stage's own checks (fractions in [0, 1], a batch of at least 1, the export base
+        # and model name) on the command line this task would run.
+        parse_args(self.command()[3:])
 
     def requires(self) -> luigi.Task:
         return Train(**self.shared_params())

@@ -25,8 +25,9 @@ import tensorflow as tf
 from contract import atomic, layout, run_lock, storage
 from pipeline import supersede
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import RunTask, check_output_root
+from pipeline.params import RunTask, check_output_root, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
+from pipeline.train_task import Train
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
 # where the sources come from, and max_records_per_file only how many files hold them.
@@ -81,6 +82,8 @@ class FullRun(RunTask, luigi.WrapperTask):
         # (parallel_scheduling stays off, its default), so the lock stays held here.
         if not self._prepared:
             check_output_root(self.output_root)
+            # Every stage's parameters, before anything is superseded, locked or run.
+            refuse_bad_parameters(Train(**self.shared_params()), Evaluate(**self.shared_params()))
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().complete()

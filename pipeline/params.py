@@ -66,9 +66,18 @@ class RunTask(luigi.Task):
 
     def complete(self) -> bool:
         # luigi asks the task it was started with for complete() before anything else runs:
-        # an unsupported output root stops the run here, with the stages' own error line.
+        # an unsupported output root or a parameter the stage would refuse stops the run
+        # here, with the stages' own error line.
         check_output_root(self.output_root)
+        refuse_bad_parameters(self)
         return bool(super().complete())
+
+    def check_parameters(self) -> None:
+        """Refuses parameter values the stage would refuse; the stage tasks say which.
+
+        Raises:
+            ValueError: naming the parameter and its allowed values.
+        """
 
     def shared_params(self) -> dict:
         """The shared parameter values, to pass on to the task this one requires."""
@@ -90,6 +99,20 @@ class RunTask(luigi.Task):
             RunLockedError: another run of the date is in progress.
         """
         run_lock.hold_for_process(layout.run_dir(self.output_root, self.date_str))
+
+
+def refuse_bad_parameters(*tasks: RunTask) -> None:
+    """Stops the program, with the stages' one error line and exit 2, when a task's parameters
+    are out of range: while luigi decides what to run, so nothing has run yet (a threshold of
+    the last stage is not found wrong after the hours of training before it).
+    """
+    for task in tasks:
+        try:
+            task.check_parameters()
+        except ValueError as e:
+            message = f"{task.task_family}: {e}; fix the parameter and rerun"
+            print(error_line(message), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def check_output_root(output_root: str) -> None:

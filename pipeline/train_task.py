@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import luigi
@@ -12,6 +13,7 @@ from pipeline import config, runner
 from pipeline.data_gate_task import DataGate
 from pipeline.params import RunTask
 from pipeline.targets import GFileTarget
+from train.config import TrainConfig
 
 STAGE_LOG_FILE = "train.log"
 
@@ -131,6 +133,19 @@ class Train(RunTask):
         description="Times the whole cluster is restarted (resuming from the backup) after a "
         "worker dies, before the task fails.",
     )
+
+    def check_parameters(self) -> None:
+        # The stage's own checks, on the settings this task passes it (TrainConfig.check).
+        settings = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(TrainConfig)
+            if f.name in self.param_kwargs
+        }
+        data_dir = layout.data_dir(self.output_root, self.date_str)
+        train_dir = layout.train_dir(self.output_root, self.date_str)
+        TrainConfig(**{**settings, "data_dir": data_dir, "train_dir": train_dir}).check()
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {self.max_restarts}")
 
     def requires(self) -> luigi.Task:
         # The shard set, once the data gate has let it through.

@@ -119,3 +119,41 @@ def test_mismatch_refusal_through_the_command_line(tmp_path):
     assert result.returncode == RETCODE_SCHEDULING_ERROR
     assert "validation_fraction 0.25 (now 0.1)" in result.stdout + result.stderr
     assert not (tmp_path / "2026-01-31" / "train").exists()
+
+
+@pytest.mark.parametrize(
+    ("task", "flag", "value", "named"),
+    [
+        ("FullRun", "--Evaluate-min-accuracy", "93", "min_accuracy is a fraction in [0, 1]"),
+        ("FullRun", "--Train-seed", "-1", "seed must be 0 or more"),
+        ("FullRun", "--Train-reduce-lr-patience", "-1", "reduce_lr_patience must be 0 (off)"),
+        ("Train", "--learning-rate", "inf", "learning_rate must be a finite number, got inf"),
+        ("Evaluate", "--max-regression", "nan", "max_regression is a fraction in [0, 1]"),
+    ],
+)
+def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, value, named):
+    """Checked while luigi schedules: an evaluation threshold is not found wrong after the
+    preprocess and train stages ran."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            task,
+            "--local-scheduler",
+            "--date=2026-01-31",
+            f"--output-root={tmp_path / 'runs'}",
+            flag,
+            value,
+        ],  # fmt: skip
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(errors) == 1 and named in errors[0] and value in errors[0], errors
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "runs").exists()
