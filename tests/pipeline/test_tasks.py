@@ -157,3 +157,37 @@ def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, 
     assert len(errors) == 1 and named in errors[0] and value in errors[0], errors
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def write_finished_training(root, **changed) -> Train:
+    """A finished train folder whose config.json records Train's own settings, with `changed`."""
+    train = Train(**(SHARED | {"output_root": str(root)}))
+    train_dir = root / "2026-01-31" / "train"
+    train_dir.mkdir(parents=True)
+    recorded = {name: value for name, value in train.param_kwargs.items() if name != "date"}
+    recorded |= {"precision": "float32", **changed}
+    (train_dir / "config.json").write_text(json.dumps(recorded))
+    (train_dir / "history.json").write_text(json.dumps({"history": {}}))
+    return train
+
+
+def test_full_run_refuses_a_date_trained_with_other_train_parameters(tmp_path, capsys):
+    write_manifest(tmp_path)
+    train = write_finished_training(tmp_path, epochs=3, seed=7, save_freq_steps=1)
+    run = FullRun(**(SHARED | {"output_root": str(tmp_path)}))
+    with pytest.raises(full_run.TrainSettingsMismatch) as e:
+        run.complete()
+    message = str(e.value)
+    assert "2026-01-31 is complete with other Train settings" in message
+    assert f"epochs 3 (now {train.epochs})" in message and f"seed 7 (now {train.seed})" in message
+    assert "save_freq_steps" not in message  # how often it saved does not change the model
+    assert "--force-stage train" in message
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "epochs 3" in errors[0]
+    assert not (tmp_path / "2026-01-31" / run_lock.LOCK_FILE).exists()
+
+
+def test_full_run_accepts_its_own_training(tmp_path):
+    write_manifest(tmp_path)
+    train = write_finished_training(tmp_path, save_freq_steps=1)
+    full_run.check_train_settings(train)
