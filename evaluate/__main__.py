@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from contract import layout, run_lock
+from contract import layout, pointer, run_lock
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from evaluate.config import DEFAULT_MODEL_NAME, EvaluateConfig
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainOutputError,
         ValueError,
         run_lock.RunLockedError,
+        pointer.PointerMovedError,
     ) as e:
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_FAILED

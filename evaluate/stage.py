@@ -273,12 +273,15 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         ),
     }
     # Reading the pointer, scoring its model, deciding, pushing and moving the pointer happen
-    # under the lock shared with supersede (so the baseline cannot change under the verdict);
-    # metrics.json, the completion marker, is written after the pointer moved (see
+    # under the lock shared with supersede (so the baseline cannot change under the verdict;
+    # on gs://, where the lock is per machine, the pointer is written only at the generation
+    # that was read, and a pointer another host moved meanwhile is read, scored and decided
+    # on again); metrics.json, the completion marker, is written after the pointer moved (see
     # contract.pointer for why a crash in between stays consistent). A failed push leaves the
     # verdict written but neither the pointer moved nor metrics.json.
-    with pointer.pointer_lock(config.output_root):
-        current = pointer.read(config.output_root)
+    decided: dict[str, Any] = {}
+
+    def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
         verdict = blessing.decide(
             date=config.date,
             accuracy=metrics["accuracy"],
@@ -303,26 +306,26 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         push = _push(config, doc, model, metrics, verdict)
         metrics["push"] = {k: push.get(k) for k in ("pushed", "status", "version", "path")}
         _write_report(config, metrics, verdict, push, pictures)
-        if verdict["moves_latest_pointer"]:
-            # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
-            pointer.write(
-                config.output_root,
-                {
-                    "date": config.date,
-                    "model_path": config.model_path,
-                    "model_sha256": metrics["model"]["sha256"],
-                    "accuracy": metrics["accuracy"],
-                    "loss": metrics["loss"],
-                    "dataset": config.dataset,
-                    "metrics_path": layout.join(out, layout.METRICS_FILE),
-                    "updated_utc": verdict["decided_utc"],
-                },
-            )
-            logger.info(
-                "blessed: %s now points at %s", config.latest_pointer_path, config.model_path
-            )
-        else:
-            logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
+        decided["verdict"] = verdict
+        if not verdict["moves_latest_pointer"]:
+            return None
+        # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
+        return {
+            "date": config.date,
+            "model_path": config.model_path,
+            "model_sha256": metrics["model"]["sha256"],
+            "accuracy": metrics["accuracy"],
+            "loss": metrics["loss"],
+            "dataset": config.dataset,
+            "metrics_path": layout.join(out, layout.METRICS_FILE),
+            "updated_utc": verdict["decided_utc"],
+        }
+
+    if pointer.update(config.output_root, decide) is not None:
+        logger.info("blessed: %s now points at %s", config.latest_pointer_path, config.model_path)
+    else:
+        reasons = decided["verdict"]["reasons"]
+        logger.info("not moving the latest pointer: %s", "; ".join(reasons))
     # Last: its presence is what marks the stage complete.
     atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
     # After the marker, so the page has this night's row; under the pointer's lock again, so
