@@ -159,6 +159,15 @@ class Train(RunTask):
             check_model(self.model)
         return done
 
+    def complete(self) -> bool:
+        done = super().complete()
+        if done:
+            # A finished run counts only for the parameters it was trained with.
+            from pipeline.full_run import check_train_settings
+
+            check_train_settings(self)
+        return done
+
     def output(self) -> GFileTarget:
         return GFileTarget(
             layout.join(layout.train_dir(self.output_root, self.date_str), layout.HISTORY_FILE)

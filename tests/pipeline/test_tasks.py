@@ -191,3 +191,13 @@ def test_full_run_accepts_its_own_training(tmp_path):
     write_manifest(tmp_path)
     train = write_finished_training(tmp_path, save_freq_steps=1)
     full_run.check_train_settings(train)
+
+
+def test_train_alone_refuses_a_date_trained_with_other_parameters(tmp_path, capsys):
+    write_finished_training(tmp_path, epochs=3)
+    train = Train(**(SHARED | {"output_root": str(tmp_path)}))
+    with pytest.raises(full_run.TrainSettingsMismatch, match=r"epochs 3 \(now "):
+        train.complete()
+    assert "--force-stage train" in capsys.readouterr().err
+    (tmp_path / "2026-01-31" / "train" / "history.json").unlink()
+    assert not train.complete()  # unfinished: it trains again
