@@ -102,7 +102,11 @@ class FullRun(RunTask, luigi.WrapperTask):
         if not self._prepared:
             check_output_root(self.output_root)
             # Every stage's parameters, before anything is superseded, locked or run.
-            refuse_bad_parameters(Train(**self.shared_params()), Evaluate(**self.shared_params()))
+            refuse_bad_parameters(
+                Preprocess(**self.shared_params()),
+                Train(**self.shared_params()),
+                Evaluate(**self.shared_params()),
+            )
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().complete()

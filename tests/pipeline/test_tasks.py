@@ -129,6 +129,8 @@ def test_mismatch_refusal_through_the_command_line(tmp_path):
         ("FullRun", "--Train-reduce-lr-patience", "-1", "reduce_lr_patience must be 0 (off)"),
         ("Train", "--learning-rate", "inf", "learning_rate must be a finite number, got inf"),
         ("Evaluate", "--max-regression", "nan", "max_regression is a fraction in [0, 1]"),
+        ("FullRun", "--Preprocess-validation-fraction", "nan", "validation_fraction must be in"),
+        ("Preprocess", "--num-workers", "0", "num_workers must be at least 1, got 0"),
     ],
 )
 def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, value, named):
