@@ -28,7 +28,7 @@ from contract import atomic, layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import supersede
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import RunTask, check_output_root, refuse_bad_parameters
+from pipeline.params import RunTask, check_output_root, plain_value, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
 from train.config import TrainConfig
@@ -201,9 +201,9 @@ def check_train_settings(train: Train) -> None:
         if name in settings and name in recorded and name not in TRAIN_PARAMETERS_NOT_COMPARED
     )
     differing = [
-        f"{name} {recorded[name]!r} (now {getattr(train, name)!r})"
+        f"{name} {recorded[name]!r} (now {plain_value(getattr(train, name))!r})"
         for name in compared
-        if not _same(recorded[name], getattr(train, name))
+        if not _same(recorded[name], plain_value(getattr(train, name)))
         # "auto" stands for whichever policy the machine that trained chose
         and not (name == "precision" and getattr(train, name) == "auto")
     ]
@@ -218,6 +218,8 @@ def check_train_settings(train: Train) -> None:
 
 
 def _same(recorded: object, wanted: object) -> bool:
+    if isinstance(recorded, dict) and isinstance(wanted, dict):
+        return recorded == wanted  # hparams: key order does not matter
     if isinstance(recorded, (int, float)) and isinstance(wanted, (int, float)):
         return float(recorded) == float(wanted)
     return str(recorded) == str(wanted)

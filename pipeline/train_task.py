@@ -11,7 +11,7 @@ from contract import import_path, layout
 from contract.messages import error_line
 from pipeline import config, runner
 from pipeline.data_gate_task import DataGate
-from pipeline.params import RunTask
+from pipeline.params import RunTask, plain_value
 from pipeline.targets import GFileTarget
 from train.config import TrainConfig
 
@@ -137,7 +137,7 @@ class Train(RunTask):
     def check_parameters(self) -> None:
         # The stage's own checks, on the settings this task passes it (TrainConfig.check).
         settings = {
-            f.name: getattr(self, f.name)
+            f.name: plain_value(getattr(self, f.name))
             for f in dataclasses.fields(TrainConfig)
             if f.name in self.param_kwargs
         }
@@ -154,15 +154,11 @@ class Train(RunTask):
     def complete(self) -> bool:
         # luigi asks before it schedules anything: a model by import path whose module or
         # function is missing stops the run here, in the train stage's words, before Preprocess.
+        # A finished run counts only for the parameters it was trained with.
         done = bool(super().complete())
         if not done:
             check_model(self.model)
-        return done
-
-    def complete(self) -> bool:
-        done = super().complete()
-        if done:
-            # A finished run counts only for the parameters it was trained with.
+        else:
             from pipeline.full_run import check_train_settings
 
             check_train_settings(self)

@@ -14,6 +14,7 @@ import pytest
 from contract import run_lock
 from evaluate.__main__ import parse_args
 from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, supersede
+from pipeline.params import plain_value
 from tests.factories import PROJECT_ROOT
 
 DATE = datetime.date(2026, 1, 31)
@@ -161,12 +162,14 @@ def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, 
     assert not (tmp_path / "runs").exists()
 
 
-def write_finished_training(root, **changed) -> Train:
+def write_finished_training(root, task_hparams=None, **changed) -> Train:
     """A finished train folder whose config.json records Train's own settings, with `changed`."""
-    train = Train(**(SHARED | {"output_root": str(root)}))
+    train = Train(**(SHARED | {"output_root": str(root), "hparams": task_hparams or {}}))
     train_dir = root / "2026-01-31" / "train"
     train_dir.mkdir(parents=True)
-    recorded = {name: value for name, value in train.param_kwargs.items() if name != "date"}
+    recorded = {
+        name: plain_value(value) for name, value in train.param_kwargs.items() if name != "date"
+    }
     recorded |= {"precision": "float32", **changed}
     (train_dir / "config.json").write_text(json.dumps(recorded))
     (train_dir / "history.json").write_text(json.dumps({"history": {}}))
@@ -195,11 +198,11 @@ def test_full_run_accepts_its_own_training(tmp_path):
     full_run.check_train_settings(train)
 
 
-def test_train_alone_refuses_a_date_trained_with_other_parameters(tmp_path, capsys):
-    write_finished_training(tmp_path, epochs=3)
-    train = Train(**(SHARED | {"output_root": str(tmp_path)}))
-    with pytest.raises(full_run.TrainSettingsMismatch, match=r"epochs 3 \(now "):
-        train.complete()
-    assert "--force-stage train" in capsys.readouterr().err
-    (tmp_path / "2026-01-31" / "train" / "history.json").unlink()
-    assert not train.complete()  # unfinished: it trains again
+def test_hparams_compare_as_objects(tmp_path):
+    recorded = {"width": 64, "depth": 2}
+    train = write_finished_training(tmp_path, {"depth": 2, "width": 64}, hparams=recorded)
+    train.check_parameters()  # a DictParameter's frozen mapping is a JSON object to the stage
+    full_run.check_train_settings(train)  # the same object, its keys in another order
+    other = Train(**(SHARED | {"output_root": str(tmp_path), "hparams": {"depth": 2}}))
+    with pytest.raises(full_run.TrainSettingsMismatch, match="hparams"):
+        full_run.check_train_settings(other)
