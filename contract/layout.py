@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import posixpath
 
+from contract import dates
+
 MANIFEST_FILE = "manifest.json"
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
@@ -30,8 +32,12 @@ def join(*parts: str) -> str:
 
 
 def run_dir(output_root: str, date: str) -> str:
-    """The folder of one nightly run: `<output_root>/<date>`."""
-    return join(output_root, date)
+    """The folder of one nightly run: `<output_root>/<date>`.
+
+    Raises:
+        dates.DateError: `date` is not `YYYY-MM-DD` (it would name another folder).
+    """
+    return join(output_root, dates.check(date))
 
 
 def data_dir(output_root: str, date: str) -> str:

@@ -5,8 +5,12 @@ blessed model itself is moved aside. Both hold `pointer_lock(output_root)` while
 decide and move it, so two evaluations (or an evaluation and a supersede) never interleave.
 
 The lock is `fcntl.flock` on `latest.json.lock` beside the pointer for a local root. For a
-remote root (gs://...) there is no shared lock: the lock file lives in the root's local state
-folder (`contract.storage.local_state_dir`), which serialises writers on one machine only.
+remote root (gs://...) the lock file lives in the root's local state folder
+(`contract.storage.local_state_dir`), which serialises writers on one machine only; between
+machines the object's generation does: `read_versioned` returns the generation it read and
+`write(..., if_generation=g)` stores the pointer only if it is still that generation (GCS's
+ifGenerationMatch), else raises PointerMovedError and the writer reads and decides again. So
+two hosts cannot move the pointer backwards.
 
 `write` stores paths relative to output_root (`2026-01-31/train/model.keras`), so a copied or
 re-mounted runs folder keeps a valid pointer; pointers with absolute paths (written by older
@@ -28,8 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
 
 import tensorflow as tf
@@ -74,22 +79,92 @@ def resolve(output_root: str, path: str) -> str:
     return layout.join(output_root, path)
 
 
+class PointerMovedError(RuntimeError):
+    """Another writer moved the pointer after it was read: read it and decide again."""
+
+
 def read(output_root: str) -> dict[str, Any] | None:
     """The pointer as stored, or None before the first blessed run."""
+    return read_versioned(output_root)[0]
+
+
+def read_versioned(output_root: str) -> tuple[dict[str, Any] | None, int | None]:
+    """The pointer (None before the first blessed run) and the version that was read.
+
+    The version is the object's generation on gs:// (0 when there is no pointer yet), to pass
+    to `write` as `if_generation`; None for a local root, whose lock is enough.
+    """
     path = pointer_path(output_root)
+    if storage.scheme(path) == "gs":
+        return _read_gcs(path)
     if not tf.io.gfile.exists(path):
-        return None
+        return None, None
     result: dict[str, Any] = atomic.read_json(path)
-    return result
+    return result, None
 
 
-def write(output_root: str, pointer: dict[str, Any]) -> None:
-    """Writes the pointer atomically, storing its paths relative to output_root."""
+def write(output_root: str, pointer: dict[str, Any], if_generation: int | None = None) -> None:
+    """Writes the pointer atomically, storing its paths relative to output_root.
+
+    Args:
+        if_generation: on gs://, write only if the pointer is still this generation (0: still
+            absent), as `read_versioned` returned it; None writes whatever is there.
+
+    Raises:
+        PointerMovedError: the pointer is no longer at `if_generation`; nothing was written.
+    """
     stored = dict(pointer)
     for key in ("model_path", "metrics_path"):
         if key in stored:
             stored[key] = relative(output_root, stored[key])
-    atomic.write_json_atomic(pointer_path(output_root), stored)
+    path = pointer_path(output_root)
+    if storage.scheme(path) == "gs" and if_generation is not None:
+        _write_gcs(path, stored, if_generation)
+        return
+    atomic.write_json_atomic(path, stored)
+
+
+def _gcs_blob(path: str) -> Any:
+    import google.cloud.storage as gcs
+
+    bucket, _, name = path.partition("://")[2].partition("/")
+    return gcs.Client().bucket(bucket).blob(name)
+
+
+def _read_gcs(path: str, attempts: int = 5) -> tuple[dict[str, Any] | None, int]:
+    """The pointer object and its generation, read as one version (retried when it changes
+    between looking up its generation and downloading it)."""
+    from google.api_core import exceptions
+
+    blob = _gcs_blob(path)
+    for _ in range(attempts):
+        try:
+            blob.reload()
+        except exceptions.NotFound:
+            return None, 0
+        generation = int(blob.generation)
+        try:
+            data = blob.download_as_bytes(if_generation_match=generation)
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            continue  # rewritten in between: look again
+        return json.loads(data), generation
+    raise PointerMovedError(f"{path} kept changing while it was read ({attempts} times)")
+
+
+def _write_gcs(path: str, stored: dict[str, Any], if_generation: int) -> None:
+    from google.api_core import exceptions
+
+    data = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
+    try:
+        # One request: the object is replaced whole, and only if still at that generation.
+        _gcs_blob(path).upload_from_string(
+            data, content_type="application/json", if_generation_match=if_generation
+        )
+    except exceptions.PreconditionFailed:
+        raise PointerMovedError(
+            f"{path} was moved by another writer after it was read (generation "
+            f"{if_generation} is gone); read it and decide again"
+        ) from None
 
 
 def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
@@ -133,6 +208,39 @@ def problem(output_root: str, pointer: dict[str, Any]) -> str | None:
             f"the latest pointer names {date}, whose evaluation has not finished (no "
             f"{pointer.get('metrics_path')}): not compared; rerun that date's evaluation"
         )
+    return None
+
+
+def update(
+    output_root: str,
+    decide: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+    attempts: int = 5,
+) -> dict[str, Any] | None:
+    """Moves the pointer to what `decide` makes of the current one, under `pointer_lock`.
+
+    `decide(current)` returns the new pointer, or None to leave it. On gs://, when another
+    host moved the pointer between the read and the write, the write is refused and `decide`
+    is asked again about the pointer as it now is.
+
+    Returns:
+        The pointer written, or None when `decide` left it.
+
+    Raises:
+        PointerMovedError: the pointer moved under every one of `attempts` writes.
+    """
+    with pointer_lock(output_root):
+        for attempt in range(1, attempts + 1):
+            current, generation = read_versioned(output_root)
+            new = decide(current)
+            if new is None:
+                return None
+            try:
+                write(output_root, new, if_generation=generation)
+            except PointerMovedError:
+                if attempt == attempts:
+                    raise
+                continue
+            return new
     return None
 
 

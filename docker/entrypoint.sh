@@ -1,6 +1,11 @@
 #!/bin/sh
 # Runs `python -m <stage> ARGS...` for a stage name, any other command as given.
 set -e
+# compose names the run's folder by RUN_DATE: anything but a calendar date YYYY-MM-DD
+# (20260131, 2026-02-30, ../x) is refused here in one line, exit 2, before any stage starts.
+if [ -n "${RUN_DATE+set}" ]; then
+  python -m contract.dates "$RUN_DATE" || exit $?
+fi
 case "$1" in
   preprocess | train | evaluate) exec python -m "$@" ;;
   luigi) shift; exec luigi "$@" ;;

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
-from contract import layout, run_lock, settings
+from contract import layout, pointer, run_lock, settings
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from evaluate.config import EvaluateConfig
@@ -17,9 +18,17 @@ from evaluate.stage import TrainOutputError, run
 logger = logging.getLogger("evaluate")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the stages' one line, `error: ...`, and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
     """Parses the command line into the stage's config."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m evaluate",
         description="Evaluate a run's final model on the whole eval split, write metrics, "
         "pictures, report and blessing, and move the latest pointer when blessed.",
@@ -38,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = parse_args(argv)
+    except SystemExit as e:  # --help (0), or a bad flag (already reported in one line)
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     except ValueError as e:
         print(error_line(f"{e}; fix the flag and rerun"), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -54,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainOutputError,
         ValueError,
         run_lock.RunLockedError,
+        pointer.PointerMovedError,
     ) as e:
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_FAILED

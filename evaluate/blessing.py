@@ -19,6 +19,8 @@ import dataclasses
 import datetime
 from typing import Any
 
+from contract import dates
+
 # Accuracies are ratios of counts: a drop of exactly the allowed amount must pass even when
 # float subtraction lands a hair below the limit (0.89 - 0.90 < -0.01 in binary).
 _ROUNDING = 1e-9
@@ -200,7 +202,7 @@ def decide(
 
     blessed = all(c["passed"] for c in checks)
     move_pointer = blessed
-    if blessed and baseline is not None and baseline.date > date:
+    if blessed and baseline is not None and dates.is_later(baseline.pointer.get("date"), date):
         move_pointer = False
         reasons.append(
             f"blessed, but the latest pointer stays on the newer run {baseline.date} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from contract import layout, storage
+from contract import dates, layout, storage
 from evaluate import serving
 from evaluate.blessing import Thresholds
 
@@ -73,6 +73,7 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         storage.check_supported(self.output_root)  # a ValueError naming the scheme
+        dates.check(self.date)  # a ValueError naming the form a date takes
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.min_accuracy is not None and not 0.0 <= self.min_accuracy <= 1.0:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import io
 from typing import Any
 
@@ -17,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from sklearn.metrics import ConfusionMatrixDisplay  # noqa: E402
 
-from contract import atomic  # noqa: E402
+from contract import atomic, dates  # noqa: E402
 
 # (blessed?, label, marker, colour) of the trend plot's points.
 _TREND_MARKS = ((True, "blessed", "o", "#1a7f37"), (False, "not blessed", "X", "#cf222e"))
@@ -78,17 +77,19 @@ def write_training_curves(history: dict[str, Any], path: str) -> bytes:
     return _save_png(figure, path)
 
 
-def write_trend(dates: list[str], accuracies: list[float], blessed: list[bool], path: str) -> None:
+def write_trend(
+    run_dates: list[str], accuracies: list[float], blessed: list[bool], path: str
+) -> None:
     """Draws eval accuracy over nights, blessed nights marked apart from the others.
 
     Args:
-        dates: the nights, `YYYY-MM-DD`, oldest first.
+        run_dates: the nights, `YYYY-MM-DD`, oldest first.
         accuracies: each night's eval accuracy.
         blessed: whether each night was blessed.
         path: where the PNG goes.
     """
     # Real dates on the axis, so a missing night shows as a gap rather than a neighbour.
-    days = mdates.date2num([datetime.date.fromisoformat(d) for d in dates])
+    days = mdates.date2num([dates.parse(d) for d in run_dates])
     figure, axes = plt.subplots(figsize=(9, 4), layout="constrained")
     axes.plot(days, accuracies, color="0.6", zorder=1)
     for wanted, label, marker, colour in _TREND_MARKS:
@@ -103,13 +104,13 @@ def write_trend(dates: list[str], accuracies: list[float], blessed: list[bool], 
                 label=label,
                 zorder=2,
             )
-    if not dates:
+    if not run_dates:
         axes.text(0.5, 0.5, "no evaluated nights yet", ha="center", transform=axes.transAxes)
     axes.set_title("Eval accuracy per night")
     axes.set_ylabel("accuracy")
     axes.grid(True, alpha=0.3)
-    if len(dates) <= 12:
-        axes.set_xticks(days, labels=dates)  # a tick per night, none between
+    if len(run_dates) <= 12:
+        axes.set_xticks(days, labels=run_dates)  # a tick per night, none between
     else:
         axes.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=12))
         axes.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))

@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, layout, manifest, model_code, pointer
+from contract import atomic, dates, layout, manifest, model_code, pointer
 from evaluate import baseline, blessing, data, plots, report, report_page, scoring, serving, trend
 from evaluate.config import EvaluateConfig
 
@@ -62,13 +62,22 @@ def load_model(path: str) -> tf_keras.Model:
     """Loads the chief's final model for inference only (the loss is computed here).
 
     Raises:
-        TrainOutputError: the model file is missing.
+        TrainOutputError: the model file is missing or unreadable (truncated, not a model).
     """
     if not tf.io.gfile.exists(path):
         raise TrainOutputError(f"model not found: {path} (run the train stage first)")
-    # A user's own layers load from their module (docs/extending.md).
-    custom = model_code.custom_objects(path)
-    return tf_keras.models.load_model(path, compile=False, custom_objects=custom)
+    try:
+        # A user's own layers load from their module (docs/extending.md).
+        custom = model_code.custom_objects(path)
+        return tf_keras.models.load_model(path, compile=False, custom_objects=custom)
+    except model_code.ModelCodeError:
+        raise  # names the module or class itself
+    except Exception as e:  # noqa: BLE001 - zip, HDF5 and Keras each raise their own kind
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise TrainOutputError(
+            f"model {path} is unreadable ({type(e).__name__}: {reason}): it is truncated or "
+            "not a Keras model; rerun the train stage (--force-stage train)"
+        ) from None
 
 
 def score_model(
@@ -264,12 +273,15 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         ),
     }
     # Reading the pointer, scoring its model, deciding, pushing and moving the pointer happen
-    # under the lock shared with supersede (so the baseline cannot change under the verdict);
-    # metrics.json, the completion marker, is written after the pointer moved (see
+    # under the lock shared with supersede (so the baseline cannot change under the verdict;
+    # on gs://, where the lock is per machine, the pointer is written only at the generation
+    # that was read, and a pointer another host moved meanwhile is read, scored and decided
+    # on again); metrics.json, the completion marker, is written after the pointer moved (see
     # contract.pointer for why a crash in between stays consistent). A failed push leaves the
     # verdict written but neither the pointer moved nor metrics.json.
-    with pointer.pointer_lock(config.output_root):
-        current = pointer.read(config.output_root)
+    decided: dict[str, Any] = {}
+
+    def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
         verdict = blessing.decide(
             date=config.date,
             accuracy=metrics["accuracy"],
@@ -280,7 +292,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         if (
             verdict["moves_latest_pointer"]
             and current is not None
-            and str(current.get("date", "")) > config.date
+            and dates.is_later(current.get("date"), config.date)
         ):
             # An unfinished newer evaluation holds the pointer: a backfill never takes it.
             verdict["moves_latest_pointer"] = False
@@ -294,26 +306,26 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         push = _push(config, doc, model, metrics, verdict)
         metrics["push"] = {k: push.get(k) for k in ("pushed", "status", "version", "path")}
         _write_report(config, metrics, verdict, push, pictures)
-        if verdict["moves_latest_pointer"]:
-            # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
-            pointer.write(
-                config.output_root,
-                {
-                    "date": config.date,
-                    "model_path": config.model_path,
-                    "model_sha256": metrics["model"]["sha256"],
-                    "accuracy": metrics["accuracy"],
-                    "loss": metrics["loss"],
-                    "dataset": config.dataset,
-                    "metrics_path": layout.join(out, layout.METRICS_FILE),
-                    "updated_utc": verdict["decided_utc"],
-                },
-            )
-            logger.info(
-                "blessed: %s now points at %s", config.latest_pointer_path, config.model_path
-            )
-        else:
-            logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
+        decided["verdict"] = verdict
+        if not verdict["moves_latest_pointer"]:
+            return None
+        # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
+        return {
+            "date": config.date,
+            "model_path": config.model_path,
+            "model_sha256": metrics["model"]["sha256"],
+            "accuracy": metrics["accuracy"],
+            "loss": metrics["loss"],
+            "dataset": config.dataset,
+            "metrics_path": layout.join(out, layout.METRICS_FILE),
+            "updated_utc": verdict["decided_utc"],
+        }
+
+    if pointer.update(config.output_root, decide) is not None:
+        logger.info("blessed: %s now points at %s", config.latest_pointer_path, config.model_path)
+    else:
+        reasons = decided["verdict"]["reasons"]
+        logger.info("not moving the latest pointer: %s", "; ".join(reasons))
     # Last: its presence is what marks the stage complete.
     atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
     # After the marker, so the page has this night's row; under the pointer's lock again, so

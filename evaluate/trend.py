@@ -18,20 +18,18 @@ import dataclasses
 import datetime
 import html
 import logging
-import re
 import string
 from typing import Any
 
 import tensorflow as tf
 
-from contract import atomic, layout, pointer
+from contract import atomic, dates, layout, pointer
 from evaluate import plots, report, report_page
 
 logger = logging.getLogger(__name__)
 
 INDEX_FILE = "index.html"
 TREND_PNG = "trend.png"
-_DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # (label, file in `<date>/evaluate/`) of each night's links; a file that is not there (a
 # night evaluated before report.html existed) gets no link.
@@ -185,11 +183,9 @@ def read_nights(output_root: str) -> list[Night]:
         return []
     latest_metrics = _latest_metrics(output_root)
     nights = []
-    # gs:// listings end folder names with '/'.
-    dates = sorted({name.rstrip("/") for name in tf.io.gfile.listdir(output_root)})
-    for date in dates:
-        if not _DATE_FOLDER.fullmatch(date):
-            continue
+    # gs:// listings end folder names with '/'; a folder that is no calendar date is no night.
+    names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_root)}
+    for date in sorted(filter(dates.is_run_date, names), key=dates.parse):
         try:
             night = read_night(output_root, date, latest_metrics)
         except (ValueError, KeyError, TypeError, AttributeError, tf.errors.OpError) as e:

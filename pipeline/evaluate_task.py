@@ -7,6 +7,7 @@ import sys
 import luigi
 
 from contract import layout
+from evaluate.__main__ import parse_args
 from evaluate.config import EvaluateConfig
 from pipeline import config, runner, terminal
 from pipeline.params import RunTask
@@ -26,6 +27,11 @@ class Evaluate(RunTask):
 
     Every setting of evaluate.config.EvaluateConfig but the run's own is a parameter here too.
     """
+
+    def check_parameters(self) -> None:
+        # The stage's own checks (fractions in [0, 1], a batch of at least 1, the export base
+        # and model name) on the command line this task would run.
+        parse_args(self.command()[3:])
 
     def requires(self) -> luigi.Task:
         return Train(**self.shared_params())

@@ -3,8 +3,9 @@
     luigi --module pipeline FullRun --local-scheduler                  # today, as cron runs it
     luigi --module pipeline FullRun --date 2026-01-31 --force-stage train
 
-Before anything is scheduled, FullRun refuses a date whose shard set was made with other
-Preprocess parameters than luigi.cfg's (it would otherwise count as done), and, when there is
+Before anything is scheduled, FullRun refuses bad parameters of any stage, and a date whose
+shard set was made with other Preprocess parameters, or whose training finished with other
+Train parameters, than this run's (either would otherwise count as done); and, when there is
 anything to do, takes the date's lock (a second run of the same date is refused), sends the
 luigi log to `<run>/logs/`, and with `--force-stage` moves that stage's outputs and its
 dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
@@ -13,6 +14,7 @@ dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import logging
 import os
@@ -23,10 +25,13 @@ import luigi
 import tensorflow as tf
 
 from contract import atomic, layout, run_lock, storage
+from contract.messages import error_line
 from pipeline import supersede
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import RunTask, check_output_root
+from pipeline.params import RunTask, check_output_root, plain_value, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
+from pipeline.train_task import Train
+from train.config import TrainConfig
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
 # where the sources come from, and max_records_per_file only how many files hold them.
@@ -48,6 +53,21 @@ SHARD_SET_PARAMETERS = (
 
 class ShardSetMismatch(RuntimeError):
     """The date's shard set exists but was made with other Preprocess parameters."""
+
+
+# Train parameters that only say how often to log or save, or how long to wait: a finished
+# run made with other values is the same model. Every other Train parameter that is a training
+# setting (train.config.TrainConfig) is compared with the run's recorded config.json.
+TRAIN_PARAMETERS_NOT_COMPARED = (
+    "save_freq_steps",
+    "scalar_freq_steps",
+    "histogram_freq_steps",
+    "collective_timeout_seconds",
+)
+
+
+class TrainSettingsMismatch(RuntimeError):
+    """The date's training finished, but with other Train parameters than this run's."""
 
 
 logger = logging.getLogger("luigi-interface")
@@ -81,6 +101,12 @@ class FullRun(RunTask, luigi.WrapperTask):
         # (parallel_scheduling stays off, its default), so the lock stays held here.
         if not self._prepared:
             check_output_root(self.output_root)
+            # Every stage's parameters, before anything is superseded, locked or run.
+            refuse_bad_parameters(
+                Preprocess(**self.shared_params()),
+                Train(**self.shared_params()),
+                Evaluate(**self.shared_params()),
+            )
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().complete()
@@ -97,6 +123,8 @@ def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
     output_root, date = preprocess.output_root, preprocess.date_str
     if force_stage != "preprocess":
         check_shard_set_parameters(preprocess)
+    if force_stage not in ("preprocess", "train"):
+        check_train_settings(Train(**preprocess.shared_params()))
     if force_stage is None and Evaluate(**preprocess.shared_params()).complete():
         return  # nothing to do: no lock, no log file, nothing touched
     run_dir = layout.run_dir(output_root, date)
@@ -151,7 +179,47 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
         )
 
 
+def check_train_settings(train: Train) -> None:
+    """Refuses a date whose training finished with other Train parameters than `train`'s:
+    luigi would count it as done and evaluate a model these parameters did not make.
+
+    Raises:
+        TrainSettingsMismatch: naming each differing parameter, both values, and the ways out.
+    """
+    if not tf.io.gfile.exists(train.output().path):
+        return
+    path = layout.join(
+        layout.train_dir(train.output_root, train.date_str), layout.TRAIN_CONFIG_FILE
+    )
+    if not tf.io.gfile.exists(path):
+        return  # trained by a version that did not record its settings
+    recorded = atomic.read_json(path)
+    settings = {f.name for f in dataclasses.fields(TrainConfig)}
+    compared = sorted(
+        name
+        for name in train.param_kwargs
+        if name in settings and name in recorded and name not in TRAIN_PARAMETERS_NOT_COMPARED
+    )
+    differing = [
+        f"{name} {recorded[name]!r} (now {plain_value(getattr(train, name))!r})"
+        for name in compared
+        if not _same(recorded[name], plain_value(getattr(train, name)))
+        # "auto" stands for whichever policy the machine that trained chose
+        and not (name == "precision" and getattr(train, name) == "auto")
+    ]
+    if differing:
+        message = (
+            f"{train.date_str} is complete with other Train settings: {', '.join(differing)} "
+            f"(recorded in {path}). Run with the settings it was trained with, or retrain "
+            "with --force-stage train (the old run moves to superseded/)"
+        )
+        print(error_line(message), file=sys.stderr, flush=True)
+        raise TrainSettingsMismatch(message)
+
+
 def _same(recorded: object, wanted: object) -> bool:
+    if isinstance(recorded, dict) and isinstance(wanted, dict):
+        return recorded == wanted  # hparams: key order does not matter
     if isinstance(recorded, (int, float)) and isinstance(wanted, (int, float)):
         return float(recorded) == float(wanted)
     return str(recorded) == str(wanted)

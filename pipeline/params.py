@@ -7,13 +7,16 @@ back to [Preprocess] (luigi's `config_path`) instead of repeating the values per
 from __future__ import annotations
 
 import datetime
+import json
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import luigi
 from luigi.parameter import ConfigPath
 
-from contract import layout, run_lock, settings, storage
-from contract.messages import error_line
+from contract import dates, layout, run_lock, settings, storage
+from contract.messages import EXIT_BAD_INPUT, error_line
 from pipeline import config
 from pipeline.stage_params import parameter_for
 from preprocess.config import PreprocessConfig
@@ -26,10 +29,26 @@ def _from_preprocess(name: str) -> ConfigPath:
 _PREPROCESS = {s.name: s for s in settings.settings_of(PreprocessConfig)}
 
 
+class RunDateParameter(luigi.DateParameter):
+    """A run's date, exactly `YYYY-MM-DD` (luigi's own also takes `2026-1-5`).
+
+    luigi parses the command line and luigi.cfg before any task exists, and a ValueError there
+    is a traceback; a date that is not a calendar date `YYYY-MM-DD` stops the program here with
+    the stages' one error line and exit 2 instead, before anything runs.
+    """
+
+    def parse(self, s: str) -> datetime.date:
+        try:
+            return dates.parse(s, "--date")
+        except dates.DateError as e:
+            print(error_line(str(e)), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+
+
 class RunTask(luigi.Task):
     """Base of the stage tasks: the run's date, where it writes, the dataset and worker count."""
 
-    date = luigi.DateParameter(
+    date = RunDateParameter(
         default=datetime.date.today(),
         description="The run's date; outputs go under <output_root>/<date>/.",
     )
@@ -45,9 +64,18 @@ class RunTask(luigi.Task):
 
     def complete(self) -> bool:
         # luigi asks the task it was started with for complete() before anything else runs:
-        # an unsupported output root stops the run here, with the stages' own error line.
+        # an unsupported output root or a parameter the stage would refuse stops the run
+        # here, with the stages' own error line.
         check_output_root(self.output_root)
+        refuse_bad_parameters(self)
         return bool(super().complete())
+
+    def check_parameters(self) -> None:
+        """Refuses parameter values the stage would refuse; the stage tasks say which.
+
+        Raises:
+            ValueError: naming the parameter and its allowed values.
+        """
 
     def shared_params(self) -> dict:
         """The shared parameter values, to pass on to the task this one requires."""
@@ -69,6 +97,27 @@ class RunTask(luigi.Task):
             RunLockedError: another run of the date is in progress.
         """
         run_lock.hold_for_process(layout.run_dir(self.output_root, self.date_str))
+
+
+def refuse_bad_parameters(*tasks: RunTask) -> None:
+    """Stops the program, with the stages' one error line and exit 2, when a task's parameters
+    are out of range: while luigi decides what to run, so nothing has run yet (a threshold of
+    the last stage is not found wrong after the hours of training before it).
+    """
+    for task in tasks:
+        try:
+            task.check_parameters()
+        except ValueError as e:
+            message = f"{task.task_family}: {e}; fix the parameter and rerun"
+            print(error_line(message), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def plain_value(value: Any) -> Any:
+    """A parameter's value as the stages hold it: a DictParameter's frozen mapping as a dict."""
+    if isinstance(value, Mapping):
+        return json.loads(luigi.DictParameter().serialize(value))
+    return value
 
 
 def check_output_root(output_root: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 
@@ -13,6 +14,7 @@ from pipeline.params import RunTask
 from pipeline.stage_params import stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
 from preprocess.config import PreprocessConfig
+from preprocess.errors import BadInputError
 
 STAGE_LOG_FILE = "preprocess.log"
 
@@ -35,6 +37,15 @@ class Preprocess(RunTask):
         description="Beam pipeline flags, e.g. '--runner=DataflowRunner --project=p "
         "--region=r --temp_location=gs://b/tmp'.",
     )
+
+    def check_parameters(self) -> None:
+        # The stage's own range checks (fractions, worker count, sizes) on this task's values.
+        fields = {f.name for f in dataclasses.fields(PreprocessConfig)}
+        values = {k: v for k, v in self.param_kwargs.items() if k in fields}
+        try:
+            PreprocessConfig(**{**values, "date": self.date_str}).check()
+        except BadInputError as e:
+            raise ValueError(str(e)) from None
 
     def output(self) -> GFileTarget:
         return GFileTarget(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import luigi
@@ -10,7 +11,7 @@ from contract import import_path, layout
 from contract.messages import error_line
 from pipeline import config, runner
 from pipeline.data_gate_task import DataGate
-from pipeline.params import RunTask
+from pipeline.params import RunTask, plain_value
 from pipeline.stage_params import stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
 from train.config import WARM_START_SETTLED, TrainConfig
@@ -57,6 +58,19 @@ class Train(RunTask):
         "worker dies, before the task fails.",
     )
 
+    def check_parameters(self) -> None:
+        # The stage's own checks, on the settings this task passes it (TrainConfig.check).
+        settings = {
+            f.name: plain_value(getattr(self, f.name))
+            for f in dataclasses.fields(TrainConfig)
+            if f.name in self.param_kwargs
+        }
+        data_dir = layout.data_dir(self.output_root, self.date_str)
+        train_dir = layout.train_dir(self.output_root, self.date_str)
+        TrainConfig(**{**settings, "data_dir": data_dir, "train_dir": train_dir}).check()
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {self.max_restarts}")
+
     def requires(self) -> luigi.Task:
         # The shard set, once the data gate has let it through.
         return DataGate(**self.shared_params())
@@ -64,9 +78,14 @@ class Train(RunTask):
     def complete(self) -> bool:
         # luigi asks before it schedules anything: a model by import path whose module or
         # function is missing stops the run here, in the train stage's words, before Preprocess.
+        # A finished run counts only for the parameters it was trained with.
         done = bool(super().complete())
         if not done:
             check_model(self.model)
+        else:
+            from pipeline.full_run import check_train_settings
+
+            check_train_settings(self)
         return done
 
     def output(self) -> GFileTarget:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import difflib
 
-from contract import settings
+from contract import dates, settings
 from preprocess.errors import BadInputError
 
 # The eval split that falls back to a held-out part of the train split when the dataset has
@@ -159,9 +161,9 @@ class PreprocessConfig:
             BadInputError: naming the parameter and its allowed range.
         """
         try:
-            datetime.date.fromisoformat(self.date)
-        except ValueError:
-            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'") from None
+            dates.parse(self.date)
+        except dates.DateError as e:
+            raise BadInputError(str(e)) from None
         if self.num_workers < 1:
             raise BadInputError(f"num_workers must be at least 1, got {self.num_workers}")
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -222,6 +224,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     one per PreprocessConfig field, as `--num_workers` (Beam's spelling) or `--num-workers`."""
     today = datetime.date.today().isoformat()
     settings.add_flags(parser, PreprocessConfig, underscores=True, defaults={"date": today})
+
+
+def check_beam_flags(beam_args: list[str], parser: argparse.ArgumentParser) -> None:
+    """Refuses what is left on the command line after the stage's own flags when Beam does not
+    know it either: PipelineOptions would drop it with a log line, so a misspelled flag
+    (`--num_worker 4`) ran with the default instead.
+
+    Every runner's flags count (those of the options classes Beam has loaded, and the Dask
+    runner's), so `--runner`, `--direct_num_workers` or `--dask_client_address` pass.
+
+    Raises:
+        BadInputError: naming the unknown flags, with the nearest known flag when there is one.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    with contextlib.suppress(ImportError):  # registers DaskOptions, where Dask is installed
+        from apache_beam.runners.dask import dask_runner  # noqa: F401
+    beam = _BeamArgumentParser(allow_abbrev=False, add_help=False)
+    # What PipelineOptions.get_all_options parses with: every options class's flags.
+    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(beam)
+    _, unknown = beam.parse_known_args(beam_args)
+    if not unknown:
+        return
+    known = [o for p in (parser, beam) for a in p._actions for o in a.option_strings]
+    named = []
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1) if name.startswith("-") else []
+        named.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+    raise BadInputError(
+        f"unknown argument(s) {', '.join(named)}: neither the preprocess stage nor Beam "
+        "knows them; see python -m preprocess run --help"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:

@@ -27,7 +27,12 @@ from preprocess import (
     statistics,
     transforms,
 )
-from preprocess.config import PreprocessConfig, add_arguments, config_from_args
+from preprocess.config import (
+    PreprocessConfig,
+    add_arguments,
+    check_beam_flags,
+    config_from_args,
+)
 from preprocess.errors import BadInputError, PreprocessError, from_runner_failure
 
 FILES_LIST = "_files.json"
@@ -362,6 +367,7 @@ def run(argv: list[str] | None = None, hold_run_lock: bool = False) -> dict[str,
     )
     add_arguments(parser)
     args, beam_args = parser.parse_known_args(argv)
+    check_beam_flags(beam_args, parser)
     cfg = config_from_args(args)
     if hold_run_lock:
         storage.check_supported(cfg.output_root)

@@ -50,8 +50,11 @@ HOP_BY_HOP = {
 
 
 def patch_emulator() -> None:
-    """An empty upload (how TensorFlow writes a folder marker) reads as b'', not None."""
+    """An empty upload (how TensorFlow writes a folder marker) reads as b'', not None; an
+    upload with `ifGenerationMatch` is refused with 412 unless the object is at that
+    generation (0: absent), as GCS does."""
     from gcp_storage_emulator import server
+    from gcp_storage_emulator.handlers import objects
 
     read_data = server._read_data
 
@@ -62,6 +65,43 @@ def patch_emulator() -> None:
         return data
 
     server._read_data = read_data_allowing_empty
+    # The routing table holds the handler functions themselves.
+    for _, handlers in server.HANDLERS:
+        for method, handler in list(handlers.items()):
+            if handler is objects.insert:
+                handlers[method] = _honour_if_generation_match(handler)
+
+
+def _honour_if_generation_match(insert: Any) -> Any:
+    """`insert` refusing an upload whose ifGenerationMatch is not the object's generation.
+
+    The emulator serves one request at a time, so the check and the write are one step.
+    """
+    from http import HTTPStatus
+
+    from gcp_storage_emulator.exceptions import NotFound
+
+    def checked(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        wanted = request.query.get("ifGenerationMatch")
+        if not wanted:
+            return insert(request, response, storage, *args, **kwargs)
+        name = request.query.get("name", [None])[0]
+        if name is None and isinstance(request.data, dict):
+            name = (request.data.get("meta") or request.data).get("name")
+        try:
+            current = int(storage.get_file_obj(request.params["bucket_name"], name)["generation"])
+        except NotFound:
+            current = 0
+        if current != int(wanted[0]):
+            response.status = HTTPStatus.PRECONDITION_FAILED
+            reason = {"reason": "conditionNotMet", "message": "Precondition Failed"}
+            response.json(
+                {"error": {"code": 412, "message": "Precondition Failed", "errors": [reason]}}
+            )
+            return None
+        return insert(request, response, storage, *args, **kwargs)
+
+    return checked
 
 
 def write_certificate(workdir: str) -> tuple[str, str]:

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "launch" and args.precision == "auto":
         print(notice_line(precision_notice(config.precision)), flush=True)
     try:
+        config.check()  # before the lock and before any worker: bad settings are one line
         storage.check_supported(config.data_dir, "data dir")
         storage.check_supported(config.train_dir, "train dir")
         if args.command == "launch":

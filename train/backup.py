@@ -38,8 +38,10 @@ SETTINGS_FILE = "settings.json"
 STATE_FILE = "state.json"
 CHECKPOINT_PREFIX = "ckpt"
 # The settings a resume must share with the backup; the rest (log and save frequencies,
-# threads, timeouts) may change between attempts.
+# timeouts) may change between attempts. Threads are shared: a worker's intra-op thread
+# count changes how its reductions are split, and so the rounding of every step.
 SHAPING_SETTINGS = (
+    "threads_per_worker",
     "model",
     "epochs",
     "per_worker_batch_size",
@@ -118,8 +120,9 @@ def fingerprint(
     config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int
 ) -> dict[str, Any]:
     """The settings that shape training, the worker count, the shard set's identity, how
-    each worker reads it (in memory or streamed: another order) and the CPU kernels it runs
-    (oneDNN or Eigen: another rounding)."""
+    each worker reads it (in memory or streamed: another order), the CPU kernels it runs
+    (oneDNN or Eigen: another rounding) and the TensorFlow and Keras versions (other kernels
+    and another checkpoint format)."""
     digests = sorted(entry["sha256"] for entry in shard_manifest["files"])
     data = hashlib.sha256(json.dumps(digests).encode()).hexdigest()[:16]
     values: dict[str, Any] = {name: getattr(config, name) for name in SHAPING_SETTINGS}
@@ -132,6 +135,8 @@ def fingerprint(
         "shard_set": data,
         "input": reading,
         "kernels": cluster.kernel_library(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
         **model_code(config),
     }
 
@@ -158,15 +163,23 @@ def has_checkpoint(train_dir: str) -> bool:
 def check_resume_settings(
     config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int
 ) -> None:
-    """Refuses to resume a backup made with other settings.
+    """Refuses to resume a backup made with other settings, or whose settings are missing.
 
     Raises:
-        ConfigError: naming each setting that differs and the two ways out.
+        ConfigError: naming each setting that differs and the two ways out, or the missing
+            settings file.
     """
     folder = backup_dir(config.train_dir)
     path = layout.join(folder, SETTINGS_FILE)
-    if not has_checkpoint(config.train_dir) or not tf.io.gfile.exists(path):
+    if not has_checkpoint(config.train_dir):
         return
+    if not tf.io.gfile.exists(path):
+        # Written before the first checkpoint: without it nothing says what made the backup.
+        raise ConfigError(
+            f"the backup in {folder} has no {SETTINGS_FILE}, so the settings it was made with "
+            "cannot be checked and it is not resumed: start training over with --force-stage "
+            f"train (or by removing {folder})"
+        )
     saved = atomic.read_json(path)
     current = fingerprint(config, shard_manifest, num_workers)
     differ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from contract import atomic
@@ -209,6 +210,10 @@ class TrainConfig:
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{field.name} must be a finite number, got {value}")
         positive = (
             "epochs",
             "per_worker_batch_size",
@@ -223,10 +228,13 @@ class TrainConfig:
             "scalar_freq_steps",
             "histogram_freq_steps",
             "early_stopping_patience",
+            "reduce_lr_patience",
             "input_memory_budget_mb",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or more, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be 0 or more, got {self.seed}")
         choices = {
             "augment": AUGMENTATIONS,
             "test_time_augment": TEST_TIME_AUGMENTATIONS,
@@ -256,6 +264,11 @@ class TrainConfig:
             raise ConfigError("warm_start_from is set, but warm_start is off: drop one")
         if self.warm_start_from and not self.warm_start_sha256:
             raise ConfigError(f"warm_start_from {self.warm_start_from} needs warm_start_sha256")
+        if not 0.0 < self.reduce_lr_factor < 1.0:
+            raise ConfigError(
+                f"reduce_lr_factor must be in (0, 1) (the rate is multiplied by it), "
+                f"got {self.reduce_lr_factor}"
+            )
         if not self.collective_timeout_seconds > 0:
             raise ConfigError("collective_timeout_seconds must be positive")
         if not isinstance(self.hparams, dict) or not all(isinstance(k, str) for k in self.hparams):

@@ -72,3 +72,9 @@ def test_run_date_is_required_and_named():
     proc = compose_config()
     assert proc.returncode != 0
     assert "set RUN_DATE=YYYY-MM-DD" in proc.stderr
+
+
+def test_every_service_gets_run_date_for_the_entrypoint_to_check(config):
+    # docker/entrypoint.sh refuses a RUN_DATE that is not YYYY-MM-DD (tests/test_dates.py).
+    for name, service in config["services"].items():
+        assert service["environment"]["RUN_DATE"] == "2026-01-31", name

@@ -163,3 +163,12 @@ def test_pointer_moves_only_on_blessing(make_config, run_root):
     before = pathlib.Path(os.path.join(run_root, layout.LATEST_POINTER_FILE)).read_text()
     run(make_config(min_accuracy=0.999))
     assert pathlib.Path(os.path.join(run_root, layout.LATEST_POINTER_FILE)).read_text() == before
+
+
+def test_a_pointer_date_that_is_no_calendar_date_never_holds_the_pointer_back():
+    # As text "20261231" sorts after "2026-12-31" ('1' > '-'), and after every night of 2026.
+    odd = blessing.Baseline(pointer={**POINTER, "date": "20261231"}, accuracy=0.90, loss=0.3)
+    assert decide(baseline=odd, date="2026-12-31")["moves_latest_pointer"]
+    newer = blessing.Baseline(pointer={**POINTER, "date": "2026-12-31"}, accuracy=0.90, loss=0.3)
+    verdict = decide(baseline=newer, date="2026-12-30")
+    assert verdict["blessed"] and not verdict["moves_latest_pointer"]

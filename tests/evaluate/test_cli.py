@@ -17,6 +17,9 @@ from evaluate.__main__ import main
         ("--max-relative-regression", "1.5", "max_relative_regression"),
         ("--model-name", "../elsewhere", "model_name"),
         ("--export-base", "s3://bucket/serving", "export base"),
+        ("--min-accuracy", "nan", "min_accuracy"),
+        ("--max-regression", "inf", "max_regression"),
+        ("--batch-size", "abc", "--batch-size"),
     ],
 )
 def test_bad_flag_is_one_error_line(
@@ -59,3 +62,17 @@ def test_the_evaluate_task_passes_every_blessing_and_export_setting() -> None:
         Evaluate(date=datetime.date(2026, 1, 31), output_root="/runs").command()[3:]
     )
     assert default.serving_base == "/runs/serving"
+
+
+def test_a_truncated_model_is_named_in_one_line(run_root, capsys) -> None:
+    from tests.evaluate.conftest import DATE
+
+    model = run_root / DATE / "train" / "model.keras"
+    with open(model, "r+b") as f:
+        f.truncate(model.stat().st_size // 2)
+    code = main(["--output-root", str(run_root), "--date", DATE])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert code != 0
+    assert len(err) == 1 and f"model {model} is unreadable" in err[0], err
+    assert "rerun the train stage" in err[0]
+    assert not (run_root / DATE / "evaluate").exists()

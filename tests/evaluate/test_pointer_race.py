@@ -36,7 +36,7 @@ def _evaluate(output_root: str, date: str, markers: str, role: str) -> None:
         open(os.path.join(markers, name), "w").close()
 
     if role == "earlier":
-        read = pointer.read
+        read = pointer.read_versioned
 
         def read_then_hold(root: str):
             current = read(root)
@@ -52,7 +52,7 @@ def _evaluate(output_root: str, date: str, markers: str, role: str) -> None:
             )
             return current
 
-        pointer.read = read_then_hold  # type: ignore[assignment]
+        pointer.read_versioned = read_then_hold  # type: ignore[assignment]
     else:
         lock, write = pointer.pointer_lock, pointer.write
 
@@ -69,8 +69,8 @@ def _evaluate(output_root: str, date: str, markers: str, role: str) -> None:
             with lock(root):
                 yield
 
-        def announced_write(root: str, value):
-            write(root, value)
+        def announced_write(root: str, value, **kwargs):
+            write(root, value, **kwargs)
             mark(LATER_MOVED)
 
         pointer.pointer_lock = announced_lock  # type: ignore[assignment]

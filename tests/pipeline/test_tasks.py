@@ -14,6 +14,7 @@ import pytest
 from contract import run_lock
 from evaluate.__main__ import parse_args
 from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, supersede
+from pipeline.params import plain_value
 from tests.factories import PROJECT_ROOT
 
 DATE = datetime.date(2026, 1, 31)
@@ -119,3 +120,89 @@ def test_mismatch_refusal_through_the_command_line(tmp_path):
     assert result.returncode == RETCODE_SCHEDULING_ERROR
     assert "validation_fraction 0.25 (now 0.1)" in result.stdout + result.stderr
     assert not (tmp_path / "2026-01-31" / "train").exists()
+
+
+@pytest.mark.parametrize(
+    ("task", "flag", "value", "named"),
+    [
+        ("FullRun", "--Evaluate-min-accuracy", "93", "min_accuracy is a fraction in [0, 1]"),
+        ("FullRun", "--Train-seed", "-1", "seed must be 0 or more"),
+        ("FullRun", "--Train-reduce-lr-patience", "-1", "reduce_lr_patience must be 0 (off)"),
+        ("Train", "--learning-rate", "inf", "learning_rate must be a finite number, got inf"),
+        ("Evaluate", "--max-regression", "nan", "max_regression is a fraction in [0, 1]"),
+        ("FullRun", "--Preprocess-validation-fraction", "nan", "validation_fraction must be in"),
+        ("Preprocess", "--num-workers", "0", "num_workers must be at least 1, got 0"),
+    ],
+)
+def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, value, named):
+    """Checked while luigi schedules: an evaluation threshold is not found wrong after the
+    preprocess and train stages ran."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            task,
+            "--local-scheduler",
+            "--date=2026-01-31",
+            f"--output-root={tmp_path / 'runs'}",
+            flag,
+            value,
+        ],  # fmt: skip
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(errors) == 1 and named in errors[0] and value in errors[0], errors
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def write_finished_training(root, task_hparams=None, **changed) -> Train:
+    """A finished train folder whose config.json records Train's own settings, with `changed`."""
+    train = Train(**(SHARED | {"output_root": str(root), "hparams": task_hparams or {}}))
+    train_dir = root / "2026-01-31" / "train"
+    train_dir.mkdir(parents=True)
+    recorded = {
+        name: plain_value(value) for name, value in train.param_kwargs.items() if name != "date"
+    }
+    recorded |= {"precision": "float32", **changed}
+    (train_dir / "config.json").write_text(json.dumps(recorded))
+    (train_dir / "history.json").write_text(json.dumps({"history": {}}))
+    return train
+
+
+def test_full_run_refuses_a_date_trained_with_other_train_parameters(tmp_path, capsys):
+    write_manifest(tmp_path)
+    train = write_finished_training(tmp_path, epochs=3, seed=7, save_freq_steps=1)
+    run = FullRun(**(SHARED | {"output_root": str(tmp_path)}))
+    with pytest.raises(full_run.TrainSettingsMismatch) as e:
+        run.complete()
+    message = str(e.value)
+    assert "2026-01-31 is complete with other Train settings" in message
+    assert f"epochs 3 (now {train.epochs})" in message and f"seed 7 (now {train.seed})" in message
+    assert "save_freq_steps" not in message  # how often it saved does not change the model
+    assert "--force-stage train" in message
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "epochs 3" in errors[0]
+    assert not (tmp_path / "2026-01-31" / run_lock.LOCK_FILE).exists()
+
+
+def test_full_run_accepts_its_own_training(tmp_path):
+    write_manifest(tmp_path)
+    train = write_finished_training(tmp_path, save_freq_steps=1)
+    full_run.check_train_settings(train)
+
+
+def test_hparams_compare_as_objects(tmp_path):
+    recorded = {"width": 64, "depth": 2}
+    train = write_finished_training(tmp_path, {"depth": 2, "width": 64}, hparams=recorded)
+    train.check_parameters()  # a DictParameter's frozen mapping is a JSON object to the stage
+    full_run.check_train_settings(train)  # the same object, its keys in another order
+    other = Train(**(SHARED | {"output_root": str(tmp_path), "hparams": {"depth": 2}}))
+    with pytest.raises(full_run.TrainSettingsMismatch, match="hparams"):
+        full_run.check_train_settings(other)

@@ -83,6 +83,16 @@ def test_run_bad_input_is_one_line_without_traceback(tiny_tfds, tmp_path):
         (["--dataset=no_such_dataset"], "error: unknown TFDS dataset 'no_such_dataset'"),
         (["--validation_fraction=1.5"], "error: validation_fraction must be in [0, 1), got 1.5"),
         (["--num_workers=1000"], "error: num_workers 1000 is larger than the 270 training"),
+        (["--validation_fraction=nan"], "error: validation_fraction must be in [0, 1), got nan"),
+        (["--eval_fraction=inf"], "error: eval_fraction must be in (0, 1), got inf"),
+        (
+            ["--num_worker=4"],
+            "error: unknown argument(s) --num_worker=4 (did you mean --num_workers?): neither",
+        ),
+        (
+            ["--runer", "DirectRunner"],
+            "error: unknown argument(s) --runer (did you mean --runner?)",
+        ),
     ],
 )
 def test_run_bad_input_messages(make_config, capsys, flags, message):
@@ -108,3 +118,24 @@ def test_verify_refuses_a_selection_that_checks_nothing(shard_set, capsys, flags
     captured = capsys.readouterr()
     assert captured.err.startswith(message) and captured.err.count("\n") == 1
     assert "OK" not in captured.out
+
+
+@pytest.mark.parametrize(
+    "beam_flags",
+    [
+        ["--runner=DirectRunner", "--direct_num_workers", "2"],
+        ["--direct_running_mode=multi_processing"],
+        ["--runner", "DaskRunner", "--dask_client_address=tcp://127.0.0.1:8786"],
+        ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/t"],
+    ],
+)
+def test_every_runners_flags_pass_the_unknown_flag_check(beam_flags):
+    import argparse
+
+    from preprocess.config import add_arguments, check_beam_flags
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_arguments(parser)
+    _, rest = parser.parse_known_args(["--output_root=runs", *beam_flags])
+    assert rest == beam_flags
+    check_beam_flags(rest, parser)

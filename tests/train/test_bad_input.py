@@ -185,3 +185,26 @@ def test_workers_running_other_cpu_kernels_refuse_to_train(dirs):
         )
         assert "set TF_ENABLE_ONEDNN_OPTS alike for every worker" in line
     assert backup_intact(train_dir)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("seed", "-1", "seed must be 0 or more, got -1"),
+        ("reduce_lr_factor", "1.0", "reduce_lr_factor must be in (0, 1)"),
+        ("reduce_lr_factor", "0", "reduce_lr_factor must be in (0, 1)"),
+        ("reduce_lr_factor", "-0.5", "reduce_lr_factor must be in (0, 1)"),
+        ("reduce_lr_patience", "-1", "reduce_lr_patience must be 0 (off) or more, got -1"),
+        ("early_stopping_patience", "-2", "early_stopping_patience must be 0 (off) or more"),
+        ("learning_rate", "inf", "learning_rate must be a finite number, got inf"),
+        ("learning_rate", "nan", "learning_rate must be a finite number, got nan"),
+        ("collective_timeout_seconds", "inf", "collective_timeout_seconds must be a finite"),
+        ("label_smoothing", "nan", "label_smoothing must be a finite number"),
+        ("reduce_lr_factor", "nan", "reduce_lr_factor must be a finite number"),
+    ],
+)
+def test_settings_out_of_range_are_one_line_before_any_work(capsys, dirs, setting, value, message):
+    data_dir, train_dir = dirs
+    fails_with(capsys, launch_args(data_dir, train_dir, **{setting: value}), message)
+    assert backup_intact(train_dir)
+    assert not os.path.exists(os.path.join(train_dir, "logs"))

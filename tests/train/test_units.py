@@ -225,12 +225,17 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
 
     atomic.write_json_atomic(str(folder / backup.STATE_FILE), backup.RunState().to_json())
     backup.check_resume_settings(config, shard_manifest, 2)
-    # Frequencies and threads may change between attempts.
+    # Frequencies may change between attempts.
     relaxed = TrainConfig(
         data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1, save_freq_steps=7,
-        threads_per_worker=2, scalar_freq_steps=0,
+        scalar_freq_steps=0,
     )  # fmt: skip
     backup.check_resume_settings(relaxed, shard_manifest, 2)
+    # Threads split each reduction another way: another rounding.
+    threads = TrainConfig(data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1,
+                          threads_per_worker=2)  # fmt: skip
+    with pytest.raises(ConfigError, match="threads_per_worker 1 -> 2"):
+        backup.check_resume_settings(threads, shard_manifest, 2)
     streamed = TrainConfig(
         data_dir=data_dir, train_dir=train_dir, epochs=3, seed=1, input_memory_budget_mb=0
     )
@@ -268,3 +273,30 @@ def test_device_datasets_of_a_distributed_iterator_run_without_autotuning(monkey
     assert tuned is not False  # TF's default: autotuned, hence the wait when fit returns
     assert untuned is False
     assert untuned_elements == tuned_elements == list(range(7))
+
+
+def test_resuming_a_backup_of_other_library_versions_or_without_settings_is_refused(tmp_path):
+    import tensorflow as tf
+
+    from contract import atomic
+    from tests.train.conftest import write_small_shard_set
+    from train import backup
+
+    data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
+    shard_manifest = write_small_shard_set(data_dir)
+    config = TrainConfig(data_dir=data_dir, train_dir=train_dir, epochs=3)
+    folder = tmp_path / "train" / "backup"
+    folder.mkdir(parents=True)
+    atomic.write_json_atomic(str(folder / backup.STATE_FILE), backup.RunState().to_json())
+    with pytest.raises(ConfigError, match=f"has no {backup.SETTINGS_FILE}") as refused:
+        backup.check_resume_settings(config, shard_manifest, 2)
+    assert "--force-stage train" in str(refused.value)
+
+    older = backup.fingerprint(config, shard_manifest, 2) | {"tensorflow": "2.0.0"}
+    atomic.write_json_atomic(str(folder / backup.SETTINGS_FILE), older)
+    with pytest.raises(ConfigError, match=f"tensorflow '2.0.0' -> '{tf.__version__}'"):
+        backup.check_resume_settings(config, shard_manifest, 2)
+    del older["tensorflow"], older["keras"]  # a backup made before versions were recorded
+    atomic.write_json_atomic(str(folder / backup.SETTINGS_FILE), older)
+    with pytest.raises(ConfigError, match="keras None -> "):
+        backup.check_resume_settings(config, shard_manifest, 2)
