@@ -184,7 +184,7 @@ def cut_drops(settings: DemoSettings) -> None:
         command.append(f"--per_day={settings.per_day}")
     if settings.test_examples is not None:
         command.append(f"--test_examples={settings.test_examples}")
-    print(f"cutting {settings.days} daily drops: {' '.join(command[1:])}", flush=True)
+    print(f"cutting {settings.days} daily drops: python {' '.join(command[1:])}", flush=True)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise DemoError(
