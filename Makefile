@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup dataset run test lint typecheck bench docs clean clean-runs
+.PHONY: setup dataset run test lint typecheck bench docs clean clean-runs nightly-demo
 
 setup: $(STAMP)
 
@@ -30,6 +30,22 @@ $(DATASET_STAMP): preprocess/sources/fashion_mnist.sha256 preprocess/sources/fet
 
 run: setup dataset
 	$(BIN)/luigi --module pipeline FullRun --local-scheduler
+
+# Several consecutive nights on growing daily drops, warm-started from the last blessed model,
+# in their own output root (pipeline/nightly_demo.py; docs/operations.md). A few minutes as set
+# here; e.g. `make nightly-demo DAYS=5 EPOCHS=10 MODEL=cnn3`, or DEMO_ARGS=--recipe for
+# luigi.cfg's recipe on the whole train split. A rerun with the same settings continues.
+DAYS ?= 3
+EPOCHS ?=
+MODEL ?=
+PER_DAY ?=
+DEMO_ROOT ?= runs-demo
+DEMO_ARGS ?=
+
+nightly-demo: setup dataset
+	$(BIN)/python -m pipeline.nightly_demo --root $(DEMO_ROOT) --days $(DAYS) \
+		$(if $(EPOCHS),--epochs $(EPOCHS)) $(if $(MODEL),--model $(MODEL)) \
+		$(if $(PER_DAY),--per-day $(PER_DAY)) $(DEMO_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

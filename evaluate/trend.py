@@ -5,6 +5,9 @@ stage's completion marker) exists. Only the current evaluation lives there: a fo
 moves the old one into `<date>/superseded/`, which is never read, so a superseded evaluation is
 never shown as current. Rows and plot points go by date, in whatever order nights were
 evaluated (backfills included). Every link is relative, so the folder can be moved or copied.
+Besides the evaluation, a row shows what the night trained on and from: the shard set's train
+examples and, for daily drops, its window's days (`<date>/data/manifest.json`), and the model
+its training started from (`<date>/train/history.json`'s warm start).
 
 Every evaluation rewrites the page and `trend.png` (`update_page`), each atomically, under the
 latest pointer's lock: two dates evaluated at once each write their metrics.json first and
@@ -23,7 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from contract import atomic, dates, layout, pointer
+from contract import atomic, dates, layout, manifest, pointer
 from evaluate import plots, report, report_page
 
 logger = logging.getLogger(__name__)
@@ -66,7 +69,7 @@ img { max-width: 100%; }
 <table id="nights">
 <thead>
 <tr><th>date</th><th>accuracy</th><th>baseline</th><th>loss</th><th>blessed</th><th>why</th>
-<th>pushed</th>
+<th>pushed</th><th>started from</th><th>days</th><th>train examples</th>
 <th>training time</th><th>epochs</th><th>workers</th><th>files</th></tr>
 </thead>
 <tbody>
@@ -98,6 +101,11 @@ class Night:
         baseline_accuracy: the last blessed model's accuracy on this night's eval set (from
             blessing.json), or None when there was none or it could not be scored.
         pushed_version: the serving version pushed that night (push.json), or None.
+        started_from: the date of the blessed model the night's training started from, "cold"
+            when warm start was asked but started cold, or None when it was off (history.json).
+        train_examples: examples in the shard set's train split (manifest.json), or None.
+        days_read: for daily drops, the days of the window that had files, or None.
+        window_days: for daily drops, the window's length in days, or None.
     """
 
     date: str
@@ -112,6 +120,10 @@ class Night:
     latest: bool = False
     baseline_accuracy: float | None = None
     pushed_version: int | None = None
+    started_from: str | None = None
+    train_examples: int | None = None
+    days_read: int | None = None
+    window_days: int | None = None
 
 
 def _read_optional(path: str) -> dict[str, Any]:
@@ -136,6 +148,11 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
     # What the evaluated model's training was, as metrics.json recorded it; the wall time is
     # only in history.json.
     training = history | metrics.get("model", {}).get("training", {})
+    shard_set = _read_optional(
+        layout.join(layout.data_dir(output_root, date), layout.MANIFEST_FILE)
+    )
+    drops = shard_set.get(manifest.DROPS_KEY) or {}
+    train_split = shard_set.get("splits", {}).get(layout.TRAIN_SPLIT, {})
     links = tuple(
         (label, layout.join(date, "evaluate", name))
         for label, name in _LINKS
@@ -154,7 +171,19 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
         latest=layout.join(date, "evaluate", layout.METRICS_FILE) == latest_metrics,
         baseline_accuracy=_optional_number(baseline.get("accuracy"), float),
         pushed_version=_optional_number(push.get("version"), int) if push.get("pushed") else None,
+        started_from=_started_from(history.get("warm_start")),
+        train_examples=_optional_number(train_split.get("num_examples"), int),
+        days_read=len(drops["days_read"]) if "days_read" in drops else None,
+        window_days=_optional_number(drops.get("window_days"), int),
     )
+
+
+def _started_from(warm_start: dict[str, Any] | None) -> str | None:
+    """The date of the model a night's training started from, "cold", or None (off)."""
+    if not warm_start or warm_start.get("mode", "off") == "off":
+        return None
+    started_from = warm_start.get("started_from") or {}
+    return str(started_from.get("run_date") or "?") if started_from else "cold"
 
 
 def _latest_metrics(output_root: str) -> str | None:
@@ -211,6 +240,13 @@ def _optional(value: Any, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
+def _days(night: Night) -> str:
+    """The window's days that had files, of its length ("3 of 7"), for daily drops."""
+    if night.days_read is None:
+        return "–"
+    return f"{night.days_read} of {_optional(night.window_days, '{}')}"
+
+
 def _row(night: Night) -> str:
     verdict = '<span class="blessed">yes</span>'
     if not night.blessed:
@@ -229,6 +265,9 @@ def _row(night: Night) -> str:
         f"<td>{verdict}</td>",
         f"<td><ul>{reasons}</ul></td>",
         f'<td class="number">{_optional(night.pushed_version, "{}")}</td>',
+        f"<td>{html.escape(_optional(night.started_from, '{}'))}</td>",
+        f'<td class="number">{_days(night)}</td>',
+        f'<td class="number">{_optional(night.train_examples, "{:,}")}</td>',
         f'<td class="number">{_duration(night.training_seconds)}</td>',
         f'<td class="number">{"?" if night.epochs is None else night.epochs}</td>',
         f'<td class="number">{"?" if night.num_workers is None else night.num_workers}</td>',

@@ -213,3 +213,33 @@ def test_command_line_rewrites_the_page(tmp_path, capsys):
     assert main(["--output-root", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == f"{tmp_path / trend.INDEX_FILE}: 1 nights"
     assert pages.row_ids(page(tmp_path)) == ["night-2026-01-01"]
+
+
+def test_each_night_shows_where_training_started_and_its_data_size(tmp_path):
+    nights = ("2026-01-01", "2026-01-02", "2026-01-03")
+    for date in nights:
+        write_night(tmp_path, date, accuracy=0.8)
+    starts = {
+        "2026-01-01": {"mode": "last-blessed", "started_from": None, "cold_start_reason": "x"},
+        "2026-01-02": {"mode": "last-blessed", "started_from": {"run_date": "2026-01-01"}},
+    }  # the third night trained with warm start off (an older history.json says nothing)
+    for date, warm_start in starts.items():
+        path = str(tmp_path / date / "train" / layout.HISTORY_FILE)
+        atomic.write_json_atomic(path, atomic.read_json(path) | {"warm_start": warm_start})
+    for number, date in enumerate(nights[:2], start=1):
+        shard_set = {
+            "splits": {"train": {"num_examples": 1350 * number}},
+            "drops": {"window_days": 3, "days_read": nights[:number]},
+        }
+        os.makedirs(tmp_path / date / "data")
+        atomic.write_json_atomic(str(tmp_path / date / "data" / layout.MANIFEST_FILE), shard_set)
+    trend.update_page(str(tmp_path))
+    text = page(tmp_path)
+    headers = re.findall(r"<th>(.*?)</th>", text)
+    assert headers[7:10] == ["started from", "days", "train examples"]
+    rows = {d: _cells(text, d)[7:10] for d in nights}
+    assert rows == {
+        "2026-01-01": ["cold", "1 of 3", "1,350"],
+        "2026-01-02": ["2026-01-01", "2 of 3", "2,700"],
+        "2026-01-03": ["–", "–", "–"],
+    }
