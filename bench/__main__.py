@@ -23,7 +23,7 @@ from bench.result import Result
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
 
 
-# `--cpu avx2` stands in for an AVX2-only x86 CPU (the AMD EPYC VMs issue 11 was measured on)
+# `--cpu avx2` stands in for an AVX2-only x86 CPU (such as the AMD EPYC VMs in BENCHMARKS.md)
 # on a newer one: oneDNN may use nothing past AVX2, and TensorFlow's own choice of kernels is
 # taken as Eigen's, as TensorFlow 2.21 picks on such a CPU. Eigen's code in the wheel is
 # compiled in, whatever the CPU, so only oneDNN needs the cap.

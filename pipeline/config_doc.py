@@ -121,6 +121,7 @@ def table(
             continue
         # The type column lists the choices: luigi's own " Choices: {...}" (in set order) goes.
         description = re.sub(r"\s*Choices: \{[^}]*\}$", "", parameter.description or "")
+        description = description.replace("%%", "%")  # escaped for argparse's help
         fallback = parameter._config_path
         if fallback and f"[{fallback['section']}]" not in description:
             description += f" Falls back to [{fallback['section']}] {fallback['name']}."

@@ -42,7 +42,8 @@ _OPTIONAL: dict[type, Any] = {
 def parameter_for(setting: Setting, fallback: ConfigPath | None = None) -> luigi.Parameter[Any]:
     """The Luigi parameter of one stage setting; `fallback` is where luigi.cfg may give it
     when the task's own section does not (luigi's `config_path`)."""
-    kwargs: dict[str, Any] = {"description": setting.help}
+    # luigi hands the description to argparse, which formats help with %: '90%' must be '90%%'.
+    kwargs: dict[str, Any] = {"description": setting.help.replace("%", "%%")}
     if not setting.required:
         kwargs["default"] = setting.default
     if fallback is not None:

@@ -126,3 +126,19 @@ def test_tensorboard_is_installed_with_the_project():
     # The README's `tensorboard --logdir ...` must work from the project's own venv.
     assert metadata.version("tensorboard") == "2.21.0"
     assert shutil.which("tensorboard", path=str(Path(sys.executable).parent))
+
+
+def test_luigi_help_lists_every_task_parameter():
+    # argparse formats luigi's help with %: a description holding a bare % ('train[:90%]')
+    # made `--help-all` a traceback.
+    done = subprocess.run(
+        [sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--help-all"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "train[:90%]" in " ".join(done.stdout.split())
+    for flag in ("--Preprocess-train-split", "--Train-hparams", "--Evaluate-max-regression"):
+        assert flag in done.stdout

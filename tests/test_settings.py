@@ -111,7 +111,7 @@ def test_task_declares_each_stage_setting_as_the_stage_does(task, config_class, 
             continue
         param = params[setting.name]
         assert param._default == setting.default, setting.name
-        assert param.description.startswith(setting.help), setting.name
+        assert param.description.replace("%%", "%").startswith(setting.help), setting.name
         assert getattr(param, "_choices", set()) == set(setting.choices or ()), setting.name
 
 

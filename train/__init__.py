@@ -4,8 +4,8 @@ import os
 
 # oneDNN's kernels, set before anything below imports TensorFlow. TensorFlow turns them on by
 # itself only on CPUs with AVX512-VNNI, AVX-VNNI, AVX512-BF16 or AMX; on AVX2-only CPUs (the AMD
-# EPYC VMs) it falls back to Eigen, and there the Train stage ran cnn3 2.3x slower (BENCHMARKS.md,
-# tenth session). A value the user set is kept; which library a worker runs is part of the
+# EPYC VMs) it falls back to Eigen, and there the Train stage ran cnn3 2.3x slower
+# (BENCHMARKS.md). A value the user set is kept; which library a worker runs is part of the
 # settings its backup and its peers must share (train.backup.fingerprint).
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 os.environ.setdefault(ONEDNN_ENV, "1")
