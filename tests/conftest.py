@@ -31,6 +31,9 @@ def pytest_xdist_make_scheduler(config, log):
     """
     if config.getvalue("dist") != "loadfile":
         return None
+    # In the order collected (heavy files first, see below), not by how many tests a file has:
+    # a file of four long end-to-end tests would otherwise start last.
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadFileScheduling
 
     class FilesAndDocker(LoadFileScheduling):
