@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 FASHION_MNIST_DIR := .cache/fashion-mnist
 DATASET_STAMP := $(FASHION_MNIST_DIR)/.verified
 PYTEST_ARGS ?=
-# `make test` shares the suite out over this many processes (pytest-xdist, whole files each).
+# `make test` and `make test-fast` share the suite out over this many processes (pytest-xdist,
+# whole files each; 0 runs it in pytest's own process).
 TEST_PROCESSES ?= 2
 # The edit-test loop: no training cluster, luigi run, container or full-dataset build.
 FAST_TESTS := not e2e and not docker and not slow
@@ -62,7 +63,7 @@ test: setup dataset lint typecheck
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup dataset
-	$(BIN)/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 bench: setup dataset
 	$(BIN)/python -m bench
