@@ -7,11 +7,16 @@ STAMP := $(VENV)/.installed
 FASHION_MNIST_DIR := .cache/fashion-mnist
 DATASET_STAMP := $(FASHION_MNIST_DIR)/.verified
 PYTEST_ARGS ?=
+# `make test` and `make test-fast` share the suite out over this many processes (pytest-xdist,
+# whole files each; 0 runs it in pytest's own process).
+TEST_PROCESSES ?= 2
+# The edit-test loop: no training cluster, luigi run, container or full-dataset build.
+FAST_TESTS := not e2e and not docker and not slow
 
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup dataset run test lint typecheck bench docs clean clean-runs nightly-demo
+.PHONY: setup dataset run test test-fast lint typecheck bench docs clean clean-runs nightly-demo
 
 setup: $(STAMP)
 
@@ -55,7 +60,10 @@ typecheck: setup
 	$(BIN)/mypy contract pipeline preprocess train evaluate bench
 
 test: setup dataset lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+
+test-fast: setup dataset
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 bench: setup dataset
 	$(BIN)/python -m bench

@@ -56,6 +56,9 @@ def installed(tmp_path_factory) -> dict[str, Path | str]:
             "install",
             "-v",
             "--disable-pip-version-check",
+            # Byte-compiling TensorFlow's thousands of files is most of an install's time and
+            # none of what is checked here; the entry points compile what they import.
+            "--no-compile",
             "--constraint",
             str(source / "requirements.lock"),
             str(source),

@@ -51,6 +51,7 @@ def test_other_dates_are_independent(tmp_path):
     b.release()
 
 
+@pytest.mark.slow
 def test_killed_holder_leaves_no_stale_lock(tmp_path):
     run_dir = str(tmp_path / "2026-01-31")
     holder = subprocess.Popen(
@@ -110,6 +111,7 @@ except run_lock.RunLockedError:
 """
 
 
+@pytest.mark.slow
 def test_a_stage_given_the_descriptor_adopts_the_lock_and_others_are_refused(tmp_path):
     run_dir = str(tmp_path / "2026-01-31")
 

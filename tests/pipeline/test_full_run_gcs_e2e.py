@@ -4,7 +4,8 @@
 filesystem needs; every process started here gets its environment. One FullRun of tiny
 Fashion-MNIST with two workers builds `gs://bucket/runs/<date>`; the following tests share it
 (they run in file order): a second FullRun does nothing, `--force-stage evaluate` reruns only
-Evaluate on the store, and a worker killed mid-training resumes from its backup on gs://.
+Evaluate on the store, and a worker killed mid-training resumes from its backup on gs:// (on a
+copy of the first run's shard set).
 Files are checked through another client (google-cloud-storage, listing the emulator's bucket)
 against the manifest.
 """
@@ -185,7 +186,16 @@ def test_forcing_evaluate_on_gs_moves_it_aside_on_the_store(runner, bucket, firs
     assert pointer["metrics_path"] == f"{DATE}/{old}/metrics.json"
 
 
+def copy_data(bucket, date: str) -> None:
+    """Gives `date` the first run's shard set on the store, so its Preprocess is complete."""
+    source = f"runs/{DATE}/data/"
+    for blob in bucket.client.list_blobs(bucket, prefix=source):
+        bucket.copy_blob(blob, bucket, f"runs/{date}/data/{blob.name[len(source) :]}")
+
+
 def test_killed_worker_resumes_from_its_backup_on_gs(runner, bucket, first_run):
+    # The first run already built a shard set on the store: this one only trains and evaluates.
+    copy_data(bucket, KILLED_DATE)
     result = runner.run(
         KILLED_DATE,
         "--Train-epochs=3",
@@ -193,6 +203,8 @@ def test_killed_worker_resumes_from_its_backup_on_gs(runner, bucket, first_run):
         env={"TRAIN_FAULT_KILL_AT_STEP": "1:6"},
     )
     assert result.returncode == 0, summary(result)
+    ran = summary(result)[summary(result).index("ran successfully") :]
+    assert "Train(" in ran and "Preprocess(" not in ran
     train_log = bucket.blob(f"runs/{KILLED_DATE}/logs/train.log").download_as_text()
     assert "worker 1 died" in train_log and "restarting the cluster" in train_log
     # The restart is shown where the user looks too, not only in the stage's log.

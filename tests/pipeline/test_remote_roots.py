@@ -82,6 +82,7 @@ def _error_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -100,6 +101,7 @@ def test_each_stage_refuses_s3_in_one_line_before_any_work(args, tmp_path):
     assert os.listdir(tmp_path) == []  # nothing written, not even a local 's3:' folder
 
 
+@pytest.mark.slow
 def test_full_run_refuses_s3_with_the_same_line_before_scheduling(tmp_path):
     env_state = tmp_path / "state"
     result = subprocess.run(

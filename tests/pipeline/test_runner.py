@@ -142,6 +142,7 @@ LUIGI_STANDIN = """
 """
 
 
+@pytest.mark.slow
 def test_a_killed_runner_takes_the_stages_whole_tree_with_it(tmp_path):
     """SIGKILL of the process running the stage (luigi) ends the stage and its children."""
     log = tmp_path / "stage.log"

@@ -106,6 +106,7 @@ def test_full_run_accepts_its_own_shard_set(tmp_path):
     full_run.check_shard_set_parameters(Preprocess(**run.shared_params()))
 
 
+@pytest.mark.slow
 def test_mismatch_refusal_through_the_command_line(tmp_path):
     write_manifest(tmp_path, validation_fraction=0.25)
     result = subprocess.run(

@@ -28,6 +28,7 @@ def test_verify_ok(shard_set, capsys):
     assert capsys.readouterr().out.startswith("OK: 4 files")
 
 
+@pytest.mark.slow
 def test_verify_names_a_flipped_byte(shard_set):
     data_dir, _ = shard_set
     flip_byte(os.path.join(data_dir, layout.whole_split_file_name("validation", 0, 1)))
@@ -57,6 +58,7 @@ def test_verify_one_worker_only(shard_set, capsys):
     assert cli.main(["verify", data_dir, "--split", "train", "--worker", "0"]) == 1
 
 
+@pytest.mark.slow
 def test_run_bad_input_is_one_line_without_traceback(tiny_tfds, tmp_path):
     result = subprocess.run(
         [

@@ -16,6 +16,8 @@ from preprocess import dask_cluster, run_preprocess
 from tests import factories
 from tests.preprocess.test_stage import data_dir_of, file_bytes
 
+pytestmark = pytest.mark.slow
+
 # Fields that name the run rather than its content.
 RUN_FIELDS = ("created_utc", "code_version")
 

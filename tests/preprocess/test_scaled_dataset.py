@@ -119,6 +119,7 @@ def test_perturbation_depends_only_on_copy_and_index(tiny_sources):
     assert moved.max() > scaled_dataset.NOISE  # shifted or mirrored, not only noisy
 
 
+@pytest.mark.slow
 def test_two_builds_write_the_same_examples_in_the_same_order(tiny_sources, tmp_path):
     # Examples, not file bytes: TFDS serialises the feature map in an order that can differ
     # between processes (the stage decodes and re-encodes every record anyway).
@@ -216,6 +217,7 @@ def _lock_waiters(lock_path: pathlib.Path) -> int:
         return sum(1 for line in locks if "->" in line and f" {inode} " in line)
 
 
+@pytest.mark.slow
 def test_runs_preparing_one_data_dir_at_once_take_turns(tiny_sources, tmp_path):
     # Both runs find nothing prepared and wait for the lock this test holds; once it is
     # freed one builds and the other reuses that build (no race in TFDS's folder rename).

@@ -81,6 +81,7 @@ def test_records_decode_to_the_source_images(make_config):
     assert got == want
 
 
+@pytest.mark.slow
 def test_same_input_same_bytes_across_runner_modes(make_config):
     first = make_config(date="2026-01-01")
     second = make_config(date="2026-01-02", read_chunk_size=64, batch_size=13)
@@ -193,6 +194,7 @@ def test_a_file_missing_from_the_plan_is_refused(make_config, monkeypatch):
     assert os.listdir(os.path.dirname(data_dir_of(cfg))) == []
 
 
+@pytest.mark.slow
 def test_staging_left_by_a_killed_run_is_removed_by_the_next_run(make_config):
     import subprocess
     import sys

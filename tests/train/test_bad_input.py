@@ -103,6 +103,7 @@ def test_port_in_use(capsys, dirs):
     assert backup_intact(train_dir)
 
 
+@pytest.mark.slow
 def test_shard_checksum_mismatch_names_the_file(capsys, dirs):
     data_dir, train_dir = dirs
     shard_manifest = manifest.read_manifest(data_dir)
@@ -155,6 +156,7 @@ def refusals(configs: list[TrainConfig], envs: list[dict[str, str]]) -> list[str
     return refused
 
 
+@pytest.mark.slow
 def test_workers_started_with_different_settings_refuse_to_train(dirs):
     """A TFJob starts each pod with its own flags: here worker 1 got another learning rate
     and a policy of its own (what --precision auto can settle on where CPUs differ)."""
@@ -172,6 +174,7 @@ def test_workers_started_with_different_settings_refuse_to_train(dirs):
     assert backup_intact(train_dir)
 
 
+@pytest.mark.slow
 def test_workers_running_other_cpu_kernels_refuse_to_train(dirs):
     """The same flags, but worker 1 runs TensorFlow's Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0)
     and worker 0 oneDNN's: each would round differently, so they refuse to train together."""

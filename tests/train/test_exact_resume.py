@@ -4,7 +4,7 @@ All runs share one small two-worker setting in which early stopping stops the ru
 last epoch and the plateau halves the learning rate on the way, so the state those keep is
 under test. Where it stops depends on the CPU (float rounding differs with its instruction
 set): epoch 4 on the AMD AVX2 VMs, epoch 10 on an Intel AVX-512 one; EXACT_RUN's 12 epochs
-leave room for both.
+leave room for both. The nightly recipe's resume is in test_recipe_resume.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from contract import layout
 from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
-from tests.recipe import nightly
 from tests.train.conftest import (
     history,
     launch_argv,
@@ -38,20 +37,6 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
-# The nightly recipe's kind (luigi.cfg [Train]) in 3 epochs: on-the-fly augmentation, a
-# warmed-up cosine schedule and label smoothing, all of whose state a resume must put back;
-# with cnn2 in float32 and with the nightly cnn3 computing in bfloat16.
-RECIPE = {
-    **nightly(
-        "Train",
-        "augment",
-        "lr_schedule",
-        "warmup_epochs",
-        "label_smoothing",
-        "early_stopping_patience",
-    ),
-    "epochs": 3,
-}
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
 # What must match between runs: everything in history.json but this attempt's own figures.
 ATTEMPT_KEYS = (
@@ -99,6 +84,7 @@ def uninterrupted(data_dir, tmp_path_factory) -> tuple[str, dict]:
     return outcome(train_dir)
 
 
+@pytest.mark.slow
 def test_reference_run_stops_early_after_lowering_the_rate(uninterrupted):
     _, doc = uninterrupted
     assert doc["stopped_early"] is True
@@ -174,28 +160,6 @@ def test_killed_worker_resumes_to_the_uninterrupted_run(data_dir, tmp_path, unin
         # The restart resumed from the last backup, at most save_freq_steps back.
         assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize(
-    "model, precision", [("cnn2", "float32"), ("cnn3", "mixed_bfloat16")], ids=["cnn2", "cnn3-bf16"]
-)
-def test_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path, model, precision):
-    recipe = {**RECIPE, "model": model, "precision": precision}
-    reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
-    finished(train(data_dir, reference_dir, **recipe))
-    assert history(reference_dir)["precision"] == precision
-    fault = f"1:{STEPS_PER_EPOCH + 9}"  # inside the second epoch, past a backup
-    proc = train(data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **recipe)
-    finished(proc)
-    assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
-    assert outcome(resumed_dir) == outcome(reference_dir)
-    rates = history(reference_dir)["history"]["learning_rate"]
-    # Each epoch records its last step's rate: epoch 1's is one warm-up step short of the
-    # peak, then the cosine decays it.
-    peak = EXACT_RUN["learning_rate"]
-    assert rates[0] == pytest.approx(peak * (STEPS_PER_EPOCH - 1) / STEPS_PER_EPOCH)
-    assert rates[0] > rates[1] > rates[2]
 
 
 @pytest.mark.e2e

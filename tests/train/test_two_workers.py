@@ -25,6 +25,8 @@ from tests.train.conftest import (
     write_small_shard_set,
 )
 
+pytestmark = pytest.mark.slow
+
 STEPS_PER_EPOCH = 256 // SMALL_RUN["per_worker_batch_size"]
 TOTAL_STEPS = SMALL_RUN["epochs"] * STEPS_PER_EPOCH
 # TensorFlow logs each collective it launches ("Collective ExecuteAsync start for <op>: ...")

@@ -78,6 +78,7 @@ def trainable(model_path: str) -> list[np.ndarray]:
     return [w.numpy() for w in model.trainable_weights]
 
 
+@pytest.mark.slow
 def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, tmp_path, blessed):
     root, train_dir = night(tmp_path, blessed)
     model_path = layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE)
@@ -112,6 +113,7 @@ def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, t
     assert history(cold_dir)["history"]["loss"][0] != history(train_dir)["history"]["loss"][0]
 
 
+@pytest.mark.slow
 def test_warm_start_learning_rate_sets_the_warm_runs_rate(data_dir, tmp_path, blessed):
     root, train_dir = night(tmp_path, blessed)
     run = {"epochs": 1, "seed": 11, "learning_rate": 0.02, "warm_start_learning_rate": STILL}
@@ -120,6 +122,7 @@ def test_warm_start_learning_rate_sets_the_warm_runs_rate(data_dir, tmp_path, bl
     assert history(train_dir)["warm_start"]["learning_rate"] == STILL
 
 
+@pytest.mark.slow
 def test_cold_start_is_logged_and_recorded_in_the_run(data_dir, tmp_path):
     train_dir = layout.train_dir(str(tmp_path / "runs"), TONIGHT)
     proc = train(data_dir, train_dir, epochs=1, warm_start="last-blessed")
