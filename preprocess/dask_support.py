@@ -88,17 +88,26 @@ def prepare(
     """
     from apache_beam.runners.dask.dask_runner import DaskOptions
     from distributed import Client
+    from distributed.diagnostics.plugin import UploadFile
 
     dask = PipelineOptions(beam_args).view_as(DaskOptions)
     address = getattr(dask, "address", None)
-    if not address and cleanup is not None:
+    own_cluster = not address and cleanup is not None
+    if own_cluster:
+        assert cleanup is not None
         address = cleanup.enter_context(loopback_cluster())
         beam_args = [*beam_args, f"--dask_client_address={address}"]
     workers = 1
     if address:
         with tempfile.TemporaryDirectory() as folder, Client(address, timeout=60) as client:
             client.run(exec, FORGET_PROJECT_MODULES)  # a builtin: needs no project code
-            client.upload_file(code_zip(folder))
+            if own_cluster:
+                # Its scheduler runs in this process, which has the code: upload_file would
+                # also put the zip on this process's sys.path, from a folder removed with
+                # the cluster, and later imports here would fail on the missing file.
+                client.register_plugin(UploadFile(code_zip(folder)))
+            else:
+                client.upload_file(code_zip(folder))
             workers = max(1, len(client.scheduler_info()["workers"]))
             log.info("shipped %s to %d Dask workers at %s", CODE_PACKAGES, workers, address)
     if getattr(dask, "npartitions", None) or getattr(dask, "partition_size", None):

@@ -108,3 +108,23 @@ def test_cluster_command_starts_reports_and_stops_its_own_processes(tmp_path):
     assert cli("status").returncode == 1
     bad = cli("start", "--workers", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --workers must be at least 1")
+
+
+def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(make_config):
+    # The run starts a loopback LocalCluster in its own process and ships the code to its
+    # workers only; the shard set is still the DirectRunner's, byte for byte.
+    direct = make_config(output_root=make_config().output_root + "-direct", max_records_per_file=40)
+    on_dask = make_config(max_records_per_file=40)
+    run_preprocess(direct)
+    flags = [
+        f"--{name}={value}"
+        for name, value in dataclasses.asdict(on_dask).items()
+        if value is not None and not isinstance(value, bool)
+    ]
+    args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner"]
+    result = subprocess.run(
+        args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "a local Dask cluster at tcp://127.0.0.1:" in result.stderr
+    assert file_bytes(data_dir_of(direct)) == file_bytes(data_dir_of(on_dask))

@@ -4,6 +4,7 @@ loopback: the dashboard has no authentication."""
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import psutil
 
@@ -47,3 +48,6 @@ def test_the_dask_runner_without_an_address_gets_a_loopback_cluster():
         listening = _listening([psutil.Process().pid])
     assert len(listening) >= 2  # the scheduler and its dashboard, in this process
     assert _exposed(listening) == set()
+    # The code went to the workers only: this process (the scheduler's) keeps its own, and
+    # no path into the cluster's removed scratch folder is left for later imports to fail on.
+    assert not [p for p in sys.path if "nightly_trainer_code_" in p]

@@ -122,7 +122,7 @@ def test_complete_output_is_refused_then_replaced_with_overwrite(make_config):
         ({"validation_fraction": -0.1}, r"validation_fraction must be in \[0, 1\), got -0.1"),
         ({"dataset": "no_such_dataset"}, "unknown TFDS dataset 'no_such_dataset'"),
         ({"eval_split": "validation"}, "has no split 'validation'; it has"),
-        ({"date": "31.01.2026"}, "date must be YYYY-MM-DD"),
+        ({"date": "31.01.2026"}, "date must be a calendar date YYYY-MM-DD"),
     ],
 )
 def test_bad_input_leaves_nothing(make_config, overrides, message):
