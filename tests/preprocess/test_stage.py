@@ -129,7 +129,7 @@ def test_bad_input_leaves_nothing(make_config, overrides, message):
     cfg = make_config(**overrides)
     with pytest.raises(PreprocessError, match=message):
         run_preprocess(cfg)
-    run_dir = os.path.dirname(data_dir_of(cfg))
+    run_dir = os.path.join(cfg.output_root, cfg.date)  # not layout's: it refuses a bad date
     assert not os.path.exists(run_dir) or os.listdir(run_dir) == []
 
 
