@@ -35,6 +35,7 @@ STAGES = tuple(STAGE_DIRS)
 # Where the files the latest pointer names are kept while their stage moves (see supersede).
 KEEP_DIR = ".latest-pointer-keep"
 POINTER_PATHS = ("model_path", "metrics_path")
+POINTER_ATTEMPTS = 5  # reads and writes of the pointer before giving up on one that keeps moving
 # The file whose presence marks each stage complete (written last by the stage).
 STAGE_MARKERS = {
     "preprocess": layout.MANIFEST_FILE,
@@ -65,11 +66,17 @@ def supersede(
     the moved stages, the pointer is pointed there, the stages move, the pointer is pointed
     at the files' new place, and only then does the keep folder go.
 
+    Each pointer write decides on the pointer as it is read just before: on gs://, where the
+    lock holds on one machine only, a pointer another host moved between that read and the
+    write (its own blessing, say) is read again and decided on again, never overwritten; one
+    that no longer names a moved file is left as it is.
+
     Returns:
         The folder they went to, or None when none of them existed.
 
     Raises:
         ValueError: `stage` is unknown.
+        PointerMovedError: on gs://, the pointer kept moving under every write.
     """
     now = now or datetime.datetime.now(datetime.UTC)
     stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
@@ -84,26 +91,70 @@ def supersede(
         return None
     # Under the lock evaluate holds while it reads, decides and moves the pointer.
     with latest_pointer.pointer_lock(output_root):
-        pointer = latest_pointer.read(output_root)
-        followed = _followed(output_root, pointer, list(moves.values()))
         keep = layout.join(destination, KEEP_DIR)
-        kept = {
-            key: layout.join(keep, str(i), posixpath.basename(old))
-            for i, (key, (old, _)) in enumerate(followed.items())
-            if tf.io.gfile.exists(old)  # a file already missing has nothing to keep
-        }
-        if pointer is not None and kept:
-            for key, path in kept.items():
-                _keep_copy(followed[key][0], path)
-            _repoint(output_root, pointer, kept)
+        targets = list(moves.values())
+        kept: dict[str, str] = {}  # a named file's second name -> the file's place after the move
+
+        def to_keep(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            kept.clear()
+            named = {}
+            for i, (key, (old, new)) in enumerate(_followed(output_root, current, targets).items()):
+                if tf.io.gfile.exists(old):  # a file already missing has nothing to keep
+                    named[key] = layout.join(keep, str(i), posixpath.basename(old))
+                    _keep_copy(old, named[key])
+                    kept[_comparable(named[key])] = new
+            return {**current, **named} if current is not None and named else None
+
+        def to_new_place(current: dict[str, Any] | None) -> dict[str, Any] | None:
+            moved = {key: new for key, (_, new) in _followed(output_root, current, targets).items()}
+            for key in POINTER_PATHS:
+                value = (current or {}).get(key)
+                if isinstance(value, str) and value:
+                    path = _comparable(latest_pointer.resolve(output_root, value))
+                    if path in kept:
+                        moved[key] = kept[path]
+            return {**current, **moved} if current is not None and moved else None
+
+        _move_pointer(output_root, to_keep)
         for name, (source, target) in moves.items():
             _move_folder(source, target, STAGE_MARKERS[name])
             logger.info("forced rerun of %s: moved %s to %s", name, source, target)
-        if pointer is not None and followed:
-            _repoint(output_root, pointer, {key: new for key, (_, new) in followed.items()})
+        followed = _move_pointer(output_root, to_new_place)
+        if followed is not None:
+            logger.info("the latest pointer follows its model to %s", followed["model_path"])
+        if tf.io.gfile.exists(keep):  # the pointer as last read or written does not name it
             _remove(keep)
-            logger.info("the latest pointer follows its model to %s", pointer["model_path"])
     return destination
+
+
+def _move_pointer(
+    output_root: str, decide: Callable[[dict[str, Any] | None], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """`contract.pointer.update` for a caller that already holds the pointer's lock.
+
+    On gs:// the write carries the generation that was read: when another host moved the
+    pointer in between, nothing is written and `decide` is asked again about the pointer as
+    it now is, so a pointer another host moved is never overwritten with a stale decision.
+
+    Returns:
+        The pointer written, or None when `decide` left it.
+
+    Raises:
+        PointerMovedError: the pointer moved under every attempt.
+    """
+    for attempt in range(1, POINTER_ATTEMPTS + 1):
+        current, generation = latest_pointer.read_versioned(output_root)
+        new = decide(current)
+        if new is None:
+            return None
+        try:
+            latest_pointer.write(output_root, new, if_generation=generation)
+        except latest_pointer.PointerMovedError:
+            if attempt == POINTER_ATTEMPTS:
+                raise
+            continue
+        return new
+    return None
 
 
 def _followed(
@@ -140,12 +191,6 @@ def _keep_copy(path: str, kept: str) -> None:
         shutil.copyfile(path, kept)
         atomic.fsync_path(kept)
     atomic.sync_folder(os.path.dirname(kept))
-
-
-def _repoint(output_root: str, pointer: dict[str, Any], paths: dict[str, str]) -> None:
-    """Writes the pointer with `paths` (key -> path) in place of its own; it is written durably."""
-    pointer.update(paths)
-    latest_pointer.write(output_root, pointer)
 
 
 def _remove(folder: str) -> None:
