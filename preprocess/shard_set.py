@@ -232,15 +232,19 @@ def remove(path: str) -> None:
 def publish(staging: str, final: str, doc: dict[str, Any]) -> None:
     """Moves the staged files to `final` so that the manifest appears last.
 
-    Locally the whole folder is renamed at once; on object stores (no folder rename) each file
-    is moved and the manifest is written after all of them.
+    Locally the whole folder is renamed at once, durably: every staged file and folder, then
+    the manifest, reach the disk before the rename that marks the set complete, and the parent
+    folder after it, before the set it replaces is deleted; so after a power loss `final` is
+    the old set, nothing, or all of the new one. On object stores (no folder rename) each file
+    is moved and the manifest is written after all of them (an upload is durable once done).
     """
     old = f"{final}.old-{uuid.uuid4().hex[:8]}"
     if tf.io.gfile.exists(final):
         tf.io.gfile.rename(final, old)
     if _is_local(final):
+        _flush_tree(staging)
         atomic.write_json_atomic(layout.join(staging, layout.MANIFEST_FILE), doc)
-        os.rename(staging, final)
+        atomic.replace_durably(staging, final)
     else:
         paths = [entry["path"] for entry in doc["files"]]
         if manifest.STATISTICS_KEY in doc:
@@ -252,3 +256,12 @@ def publish(staging: str, final: str, doc: dict[str, Any]) -> None:
         atomic.write_json_atomic(layout.join(final, layout.MANIFEST_FILE), doc)
         remove(staging)
     remove(old)
+
+
+def _flush_tree(folder: str) -> None:
+    """Flushes every file under a local folder, and each subfolder's entries, to the disk."""
+    for parent, subfolders, names in os.walk(folder, topdown=False):
+        for name in names:
+            atomic.fsync_path(os.path.join(parent, name))
+        for name in subfolders:
+            atomic.sync_folder(os.path.join(parent, name))

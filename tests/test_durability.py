@@ -1,5 +1,6 @@
 """Files that mark completion reach the disk before their rename, and their folder after it;
-the backup is deleted only after the train folder is flushed."""
+the backup is deleted only after the train folder is flushed, and a replaced shard set only
+after the new one's folder is."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 from typing import Any
 
 import pytest
+import tensorflow as tf
 
-from contract import atomic, layout, pointer
+from contract import atomic, layout, manifest, pointer
+from preprocess import shard_set
 from train import artifacts
 
 
@@ -81,3 +84,43 @@ def test_the_backup_goes_only_after_the_train_folder_is_flushed(tmp_path, monkey
     artifacts.remove_backup(train_dir)
     assert not os.path.exists(backup)
     assert flushed_with_backup == [True]
+
+
+def test_a_shard_set_is_flushed_before_the_rename_that_publishes_it(
+    tmp_path, disk_events, monkeypatch
+):
+    final = str(tmp_path / "runs" / "2026-01-31" / "data")
+    os.makedirs(final)
+    with open(os.path.join(final, layout.MANIFEST_FILE), "w") as f:
+        f.write("{}")  # an earlier set, replaced
+    staging = f"{final}.tmp-0123456789ab"
+    shard = os.path.join(staging, layout.worker_file_name(0, 1, 0, 1))
+    statistics = os.path.join(staging, manifest.STATISTICS_FILE)
+    os.makedirs(os.path.dirname(shard))
+    for path in (shard, statistics):
+        with open(path, "wb") as f:
+            f.write(b"records")
+    rmtree = tf.io.gfile.rmtree
+
+    def recorded_rmtree(path: str) -> None:
+        disk_events.append(("remove", path))
+        rmtree(path)
+
+    monkeypatch.setattr(tf.io.gfile, "rmtree", recorded_rmtree)
+    doc = {"files": [{"path": layout.worker_file_name(0, 1, 0, 1)}]}
+    shard_set.publish(staging, final, doc)
+
+    renames = [e for e in disk_events if e[0] == "rename" and e[2] == final]
+    assert renames == [("rename", staging, final)], disk_events
+    at = disk_events.index(renames[0])
+    for path in (shard, statistics, os.path.dirname(shard), staging):
+        assert ("fsync", path) in disk_events[:at], f"{path} not flushed first: {disk_events}"
+    manifest_path = os.path.join(staging, layout.MANIFEST_FILE)
+    _renamed_durably(disk_events[:at], manifest_path)
+    parent = ("fsync", os.path.dirname(final))
+    assert parent in disk_events[at + 1 :], disk_events
+    flushed = disk_events.index(parent, at + 1)
+    removed = [i for i, e in enumerate(disk_events) if e[0] == "remove" and ".old-" in e[1]]
+    assert len(removed) == 1 and removed[0] > flushed, disk_events  # the old set goes last
+    assert atomic.read_json(os.path.join(final, layout.MANIFEST_FILE)) == doc
+    assert sorted(os.listdir(os.path.dirname(final))) == ["data"]
