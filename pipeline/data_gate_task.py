@@ -15,36 +15,30 @@ from contract import atomic, layout, manifest
 from pipeline import config, runner
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
+from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
+from preprocess.data_gate import DataGateConfig
+from preprocess.errors import BadInputError
 
 STAGE_LOG_FILE = "data_gate.log"
 
 
+@stage_parameters(DataGateConfig, skip=("output_root", "date"))  # the run's own
 class DataGate(RunTask):
-    """Checks the run's data statistics against the kept schema and the previous night's."""
+    """Checks the run's data statistics against the kept schema and the previous night's.
 
-    label_drift_threshold = luigi.FloatParameter(
-        default=0.1,
-        description="Largest L-infinity distance between the label distribution of the night's "
-        "training data and the previous passed night's (0.1: no class's share moves by more "
-        "than 10 points).",
-    )
-    pixel_mean_shift_threshold = luigi.FloatParameter(
-        default=0.1,
-        description="Largest change of the mean pixel value from the previous passed night, in "
-        "units of that night's pixel standard deviation.",
-    )
-    pixel_stddev_shift_threshold = luigi.FloatParameter(
-        default=0.1,
-        description="Largest change of the pixel standard deviation from the previous passed "
-        "night, relative to it.",
-    )
-    accept_anomalies = luigi.BoolParameter(
-        default=False,
-        description="Let the night's data through whatever the gate finds (the anomalies are "
-        "still written and the verdict says 'accepted'). Per invocation: "
-        "--DataGate-accept-anomalies; never set it in luigi.cfg.",
-    )
+    Every setting of preprocess.data_gate.DataGateConfig but the run's own is a parameter here
+    too (same name, type, description and default); luigi.cfg's [DataGate] gives the values
+    that differ.
+    """
+
+    def check_parameters(self) -> None:
+        # The gate's own checks (thresholds finite and at least 0) on this task's values.
+        gate = stage_config(self, DataGateConfig, output_root=self.output_root, date=self.date_str)
+        try:
+            gate.check()
+        except BadInputError as e:
+            raise ValueError(str(e)) from None
 
     def requires(self) -> luigi.Task:
         return Preprocess(**self.shared_params())
@@ -56,17 +50,8 @@ class DataGate(RunTask):
 
     def command(self) -> list[str]:
         """The gate's command line; with `[Executor] kind = docker` it runs in a container."""
-        args = [
-            sys.executable,
-            "-m",
-            "preprocess.data_gate",
-            f"--output_root={self.output_root}",
-            f"--date={self.date_str}",
-            f"--label_drift_threshold={self.label_drift_threshold!r}",
-            f"--pixel_mean_shift_threshold={self.pixel_mean_shift_threshold!r}",
-            f"--pixel_stddev_shift_threshold={self.pixel_stddev_shift_threshold!r}",
-        ]
-        return args + (["--accept_anomalies"] if self.accept_anomalies else [])
+        args = [sys.executable, "-m", "preprocess.data_gate", f"--output_root={self.output_root}"]
+        return args + [f"--date={self.date_str}", *stage_flags(self)]
 
     def run(self) -> None:
         self.hold_run_lock()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import re
 import sys
 from typing import Any
@@ -31,7 +32,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from contract import atomic, layout, manifest, run_lock, storage
+from contract import atomic, layout, manifest, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from preprocess import statistics
 from preprocess.errors import BadInputError, PreprocessError
@@ -42,19 +43,75 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class Thresholds:
-    """How far a night may move from the previous one before it is an anomaly."""
+# The thresholds' names in anomalies.json and data_gate.json: the config's without `_threshold`.
+THRESHOLD_NAMES = ("label_drift", "pixel_mean_shift", "pixel_stddev_shift")
 
-    label_drift: float = 0.1  # L-infinity distance of the label distributions
-    pixel_mean_shift: float = 0.1  # |mean change| / previous standard deviation
-    pixel_stddev_shift: float = 0.1  # |standard deviation change| / previous one
+
+@dataclasses.dataclass(frozen=True)
+class DataGateConfig:
+    """Everything one run of the gate needs.
+
+    A field's metadata (help) makes its `python -m preprocess.data_gate` flag and its Luigi
+    DataGate parameter (contract.settings): a new setting is declared here and nowhere else.
+    """
+
+    output_root: str = dataclasses.field(
+        metadata={
+            "help": "Folder holding one subfolder per run date, and the kept schema "
+            "(<output_root>/data_gate/schema.pbtxt)."
+        }
+    )
+    date: str = dataclasses.field(metadata={"help": "The run's date, YYYY-MM-DD."})
+    label_drift_threshold: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "help": "Largest L-infinity distance between the label distribution of the night's "
+            "training data and the previous passed night's (0.1: no class's share moves by "
+            "more than 10 points)."
+        },
+    )
+    pixel_mean_shift_threshold: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "help": "Largest change of the mean pixel value from the previous passed night, in "
+            "units of that night's pixel standard deviation."
+        },
+    )
+    pixel_stddev_shift_threshold: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "help": "Largest change of the pixel standard deviation from the previous passed "
+            "night, relative to it."
+        },
+    )
+    accept_anomalies: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Let the night's data through whatever the gate finds (the anomalies are "
+            "still written and the verdict says 'accepted'). Per run only "
+            "(--DataGate-accept-anomalies); never set it in luigi.cfg."
+        },
+    )
 
     def check(self) -> None:
-        """Raises BadInputError for a negative threshold."""
-        for name, value in dataclasses.asdict(self).items():
-            if not value >= 0:
-                raise BadInputError(f"{name} threshold must be at least 0, got {value}")
+        """Rejects settings the gate cannot honour.
+
+        Raises:
+            BadInputError: naming the setting and what it must be.
+        """
+        if not _DATE.fullmatch(self.date):
+            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'")
+        for name in THRESHOLD_NAMES:
+            value = getattr(self, f"{name}_threshold")
+            if not (math.isfinite(value) and value >= 0):
+                raise BadInputError(
+                    f"{name}_threshold must be a finite number of at least 0, got {value}"
+                )
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        """The thresholds as anomalies.json and data_gate.json record them."""
+        return {name: getattr(self, f"{name}_threshold") for name in THRESHOLD_NAMES}
 
 
 def anomaly(check: str, feature: str, message: str, **values: Any) -> dict[str, Any]:
@@ -153,9 +210,10 @@ def drift(
     current: statistics_pb2.DatasetFeatureStatistics,
     previous: statistics_pb2.DatasetFeatureStatistics,
     previous_date: str,
-    thresholds: Thresholds,
+    thresholds: dict[str, float],
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The night's distances from the previous night's data, and those over their threshold."""
+    """The night's distances from the previous night's data, and those over their threshold
+    (`thresholds` by their names in THRESHOLD_NAMES)."""
     now, before = statistics.label_distribution(current), statistics.label_distribution(previous)
     width = max(len(now), len(before))
     now, before = np.pad(now, (0, width - len(now))), np.pad(before, (0, width - len(before)))
@@ -166,22 +224,23 @@ def drift(
     )
     measures = {"label_linf": label_linf}
     found = []
-    if label_linf > thresholds.label_drift:
+    label_limit = thresholds["label_drift"]
+    if label_linf > label_limit:
         worst = int(gaps.argmax())
         found.append(anomaly(
             "label_drift", statistics.LABEL_FEATURE,
             f"the label distribution moved by L-infinity {label_linf:.4f} since {previous_date} "
             f"(class {worst}: {before[worst]:.4f} -> {now[worst]:.4f}), over the threshold "
-            f"{thresholds.label_drift:g}",
-            value=label_linf, threshold=thresholds.label_drift, baseline_date=previous_date,
+            f"{label_limit:g}",
+            value=label_linf, threshold=label_limit, baseline_date=previous_date,
         ))  # fmt: skip
     if image is not None and image_before is not None:
         scale = image_before.num_stats.std_dev or 1.0
         for name, now_value, before_value, limit in (
             ("pixel_mean_shift", image.num_stats.mean, image_before.num_stats.mean,
-             thresholds.pixel_mean_shift),
+             thresholds["pixel_mean_shift"]),
             ("pixel_stddev_shift", image.num_stats.std_dev, image_before.num_stats.std_dev,
-             thresholds.pixel_stddev_shift),
+             thresholds["pixel_stddev_shift"]),
         ):  # fmt: skip
             shift = abs(now_value - before_value) / scale
             measures[name] = shift
@@ -258,9 +317,7 @@ def read_statistics(data_dir: str) -> statistics_pb2.DatasetFeatureStatisticsLis
     return statistics.read(path)
 
 
-def run_gate(
-    output_root: str, date: str, thresholds: Thresholds, accept_anomalies: bool = False
-) -> dict[str, Any]:
+def run_gate(config: DataGateConfig) -> dict[str, Any]:
     """Checks the night's data; writes anomalies.json, then (if it passes) data_gate.json.
 
     Returns:
@@ -268,10 +325,11 @@ def run_gate(
 
     Raises:
         BadInputError: an anomaly was found and not accepted (one line naming the first one,
-            the number found and the anomalies file), or a threshold is negative.
+            the number found and the anomalies file), or a setting is out of range.
         PreprocessError: the night's statistics or the previous night's cannot be read.
     """
-    thresholds.check()
+    config.check()
+    output_root, date = config.output_root, config.date
     data_dir = layout.data_dir(output_root, date)
     current = train_statistics(read_statistics(data_dir), data_dir)
     kept = schema_path(output_root)
@@ -289,19 +347,19 @@ def run_gate(
     if baseline is not None:
         previous_dir = layout.data_dir(output_root, baseline)
         previous = train_statistics(read_statistics(previous_dir), previous_dir)
-        measures, drifted = drift(current, previous, baseline, thresholds)
+        measures, drifted = drift(current, previous, baseline, config.thresholds)
         found += drifted
     anomalies_path = layout.join(data_dir, manifest.ANOMALIES_FILE)
     report = {
         "date": date,
         "anomalies": found,
-        "accepted": bool(found) and accept_anomalies,
+        "accepted": bool(found) and config.accept_anomalies,
         "baseline_date": baseline,
         "measures": measures,
-        "thresholds": dataclasses.asdict(thresholds),
+        "thresholds": config.thresholds,
     }
     atomic.write_json_atomic(anomalies_path, report)
-    if found and not accept_anomalies:
+    if found and not config.accept_anomalies:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise BadInputError(
             f"data gate: {found[0]['description']}{more}; the run stops before training. "
@@ -319,47 +377,32 @@ def run_gate(
         },
         "baseline_date": baseline,
         "measures": measures,
-        "thresholds": dataclasses.asdict(thresholds),
+        "thresholds": config.thresholds,
     }
     atomic.write_json_atomic(layout.join(data_dir, manifest.DATA_GATE_FILE), verdict)
     return verdict
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: runs the gate and prints its verdict, or its one-line error."""
+def parse_args(argv: list[str] | None = None) -> DataGateConfig:
+    """The gate's config of its command line (unchecked: `DataGateConfig.check`)."""
     parser = argparse.ArgumentParser(
         prog="python -m preprocess.data_gate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--output_root", "--output-root", required=True, help="folder of the run dates"
-    )
-    parser.add_argument("--date", required=True, help="the run's date, YYYY-MM-DD")
-    defaults = Thresholds()
-    helps = {
-        "label_drift": "largest L-infinity distance of the label distributions",
-        "pixel_mean_shift": "largest pixel mean change, in the previous standard deviation",
-        "pixel_stddev_shift": "largest relative change of the pixel standard deviation",
-    }
-    for name, value in dataclasses.asdict(defaults).items():
-        parser.add_argument(
-            f"--{name}_threshold", type=float, default=value, help=f"{helps[name]} ({value})"
-        )
-    parser.add_argument(
-        "--accept_anomalies", action="store_true", help="pass the data whatever is found"
-    )
-    args = parser.parse_args(argv)
+    settings.add_flags(parser, DataGateConfig, underscores=True)
+    return settings.from_flags(DataGateConfig, parser.parse_args(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: runs the gate and prints its verdict, or its one-line error."""
+    config = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    thresholds = Thresholds(
-        **{name: getattr(args, f"{name}_threshold") for name in dataclasses.asdict(defaults)}
-    )
     try:
-        storage.check_supported(args.output_root)
-        if not _DATE.fullmatch(args.date):
-            raise BadInputError(f"date must be YYYY-MM-DD, got '{args.date}'")
-        run_lock.hold_for_process(layout.run_dir(args.output_root, args.date))
-        verdict = run_gate(args.output_root, args.date, thresholds, args.accept_anomalies)
+        storage.check_supported(config.output_root)
+        config.check()
+        run_lock.hold_for_process(layout.run_dir(config.output_root, config.date))
+        verdict = run_gate(config)
     except (BadInputError, storage.UnsupportedStorageError) as e:
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_BAD_INPUT

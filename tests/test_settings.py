@@ -12,11 +12,13 @@ import pytest
 
 from contract import settings
 from evaluate.config import EvaluateConfig
+from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.preprocess_task import Preprocess
 from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.train_task import Train
 from preprocess.config import PreprocessConfig
+from preprocess.data_gate import DataGateConfig
 from train.config import WARM_START_SETTLED, TrainConfig
 from train.launcher import worker_argv
 
@@ -82,10 +84,13 @@ STAGES = [
     (Train, TrainConfig, ("data_dir", "train_dir", *WARM_START_SETTLED)),
     (Evaluate, EvaluateConfig, ("output_root", "date", "dataset")),
     (Preprocess, PreprocessConfig, ("output_root", "date", "dataset", "num_workers", "overwrite")),
+    (DataGate, DataGateConfig, ("output_root", "date")),
 ]
 
 
-@pytest.mark.parametrize("config_class", [TrainConfig, EvaluateConfig, PreprocessConfig])
+@pytest.mark.parametrize(
+    "config_class", [TrainConfig, EvaluateConfig, PreprocessConfig, DataGateConfig]
+)
 def test_every_stage_setting_is_described(config_class):
     undescribed = [s.name for s in settings.settings_of(config_class) if not s.help.strip()]
     assert not undescribed, 'describe these fields (metadata={"help": ...})'

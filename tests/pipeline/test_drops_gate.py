@@ -6,8 +6,12 @@ import configparser
 import datetime
 import sys
 
+import pytest
+
 from pipeline import DataGate, Preprocess, Train
 from pipeline.data_gate_task import verdict_line
+from preprocess import data_gate
+from preprocess.data_gate import DataGateConfig
 from tests.factories import PROJECT_ROOT
 
 SHARED = {
@@ -28,12 +32,20 @@ def test_command_maps_the_thresholds_and_the_override():
     task = DataGate(**SHARED, label_drift_threshold=0.25, pixel_mean_shift_threshold=0.5)
     command = task.command()
     assert command[:3] == [sys.executable, "-m", "preprocess.data_gate"]
-    assert "--output_root=runs" in command and "--date=2026-01-02" in command
-    assert "--label_drift_threshold=0.25" in command
-    assert "--pixel_mean_shift_threshold=0.5" in command
-    assert "--pixel_stddev_shift_threshold=0.1" in command
-    assert "--accept_anomalies" not in command
-    assert DataGate(**SHARED, accept_anomalies=True).command()[-1] == "--accept_anomalies"
+    assert data_gate.parse_args(command[3:]) == DataGateConfig(
+        "runs", "2026-01-02", label_drift_threshold=0.25, pixel_mean_shift_threshold=0.5
+    )
+    accepting = DataGate(**SHARED, accept_anomalies=True, pixel_stddev_shift_threshold=0.3)
+    assert data_gate.parse_args(accepting.command()[3:]) == DataGateConfig(
+        "runs", "2026-01-02", pixel_stddev_shift_threshold=0.3, accept_anomalies=True
+    )
+
+
+def test_a_threshold_out_of_range_is_refused_while_luigi_schedules():
+    DataGate(**SHARED).check_parameters()
+    for value in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"label_drift_threshold must be .*, got {value}"):
+            DataGate(**SHARED, label_drift_threshold=value).check_parameters()
 
 
 def test_luigi_cfg_never_holds_the_override():

@@ -133,6 +133,8 @@ def test_mismatch_refusal_through_the_command_line(tmp_path):
         ("Evaluate", "--max-regression", "nan", "max_regression is a fraction in [0, 1]"),
         ("FullRun", "--Preprocess-validation-fraction", "nan", "validation_fraction must be in"),
         ("Preprocess", "--num-workers", "0", "num_workers must be at least 1, got 0"),
+        ("DataGate", "--label-drift-threshold", "-1", "label_drift_threshold must be a finite"),
+        ("FullRun", "--DataGate-pixel-mean-shift-threshold", "nan", "pixel_mean_shift_threshold"),
     ],
 )
 def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, value, named):

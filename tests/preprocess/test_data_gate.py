@@ -18,7 +18,11 @@ from preprocess import data_gate, statistics
 from preprocess.errors import BadInputError
 from tests import factories
 
-THRESHOLDS = data_gate.Thresholds(label_drift=0.1, pixel_mean_shift=0.1, pixel_stddev_shift=0.1)
+THRESHOLDS = {
+    "label_drift_threshold": 0.1,
+    "pixel_mean_shift_threshold": 0.1,
+    "pixel_stddev_shift_threshold": 0.1,
+}
 BALANCED = [100] * 10
 
 
@@ -78,9 +82,14 @@ def read(path: str) -> dict:
     return json.loads(pathlib.Path(path).read_text())
 
 
+def gate(root: pathlib.Path, date: str, **changed) -> dict:
+    """Runs the gate on `date` of `root` with THRESHOLDS and the `changed` settings."""
+    return data_gate.run_gate(data_gate.DataGateConfig(str(root), date, **(THRESHOLDS | changed)))
+
+
 def test_first_night_infers_the_schema_and_later_nights_keep_it(tmp_path):
     first = write_night(tmp_path, "2026-01-01")
-    verdict = data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    verdict = gate(tmp_path, "2026-01-01")
     kept = tmp_path / "data_gate" / "schema.pbtxt"
     schema = text_format.Parse(kept.read_text(), schema_pb2.Schema())
     features = {f.name: f for f in schema.feature}
@@ -95,7 +104,7 @@ def test_first_night_infers_the_schema_and_later_nights_keep_it(tmp_path):
     text = kept.read_text() + "\n# kept by hand\n"
     kept.write_text(text)
     write_night(tmp_path, "2026-01-02", [101] * 5 + [99] * 5, mean=80.5)
-    verdict = data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+    verdict = gate(tmp_path, "2026-01-02")
     assert verdict["schema"]["inferred_now"] is False and kept.read_text() == text
     assert verdict["baseline_date"] == "2026-01-01" and verdict["status"] == "passed"
     assert verdict["measures"]["label_linf"] == pytest.approx(0.001)
@@ -104,10 +113,10 @@ def test_first_night_infers_the_schema_and_later_nights_keep_it(tmp_path):
 
 def test_drifted_labels_stop_the_night_and_the_override_lets_them_through(tmp_path):
     write_night(tmp_path, "2026-01-01")
-    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    gate(tmp_path, "2026-01-01")
     night = write_night(tmp_path, "2026-01-02", [400] + [67] * 9)  # class 0: 10% -> 40%
     with pytest.raises(BadInputError) as refused:
-        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+        gate(tmp_path, "2026-01-02")
     message = str(refused.value)
     assert message.startswith("data gate: the label distribution moved by L-infinity 0.2")
     assert "since 2026-01-01" in message and "--DataGate-accept-anomalies" in message
@@ -117,31 +126,29 @@ def test_drifted_labels_stop_the_night_and_the_override_lets_them_through(tmp_pa
     assert report["accepted"] is False
     assert not pathlib.Path(night, "data_gate.json").exists()
 
-    verdict = data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS, accept_anomalies=True)
+    verdict = gate(tmp_path, "2026-01-02", accept_anomalies=True)
     assert verdict["status"] == "accepted" and verdict["anomalies"] == 1
     assert read(layout.join(night, "anomalies.json"))["accepted"] is True
 
 
 def test_a_night_is_compared_with_the_latest_earlier_passed_night(tmp_path):
     write_night(tmp_path, "2026-01-01")
-    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    gate(tmp_path, "2026-01-01")
     write_night(tmp_path, "2026-01-02", [400] + [67] * 9)  # refused: never a baseline
     with pytest.raises(BadInputError):
-        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+        gate(tmp_path, "2026-01-02")
     write_night(tmp_path, "2026-01-05")  # a later night does not count for an earlier one
-    data_gate.run_gate(str(tmp_path), "2026-01-05", THRESHOLDS)
+    gate(tmp_path, "2026-01-05")
     write_night(tmp_path, "2026-01-03")
-    assert data_gate.run_gate(str(tmp_path), "2026-01-03", THRESHOLDS)["baseline_date"] == (
-        "2026-01-01"
-    )
+    assert gate(tmp_path, "2026-01-03")["baseline_date"] == ("2026-01-01")
 
 
 def test_pixel_shift_and_another_image_shape_are_anomalies(tmp_path):
     write_night(tmp_path, "2026-01-01")
-    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    gate(tmp_path, "2026-01-01")
     night = write_night(tmp_path, "2026-01-02", mean=120.0, pixels_per_image=28 * 32)
     with pytest.raises(BadInputError, match=r"\(and 1 more\)"):
-        data_gate.run_gate(str(tmp_path), "2026-01-02", THRESHOLDS)
+        gate(tmp_path, "2026-01-02")
     found = read(layout.join(night, "anomalies.json"))["anomalies"]
     assert [(a["check"], a["feature"]) for a in found] == [
         ("schema", "image"), ("pixel_mean_shift", "image"),
@@ -152,7 +159,7 @@ def test_pixel_shift_and_another_image_shape_are_anomalies(tmp_path):
 def test_a_shard_set_without_statistics_is_counted_from_its_files(tmp_path):
     data_dir = layout.data_dir(str(tmp_path), "2026-01-01")
     factories.write_shard_set(data_dir, per_worker=16, num_validation=8, num_eval=8)
-    verdict = data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    verdict = gate(tmp_path, "2026-01-01")
     assert verdict["status"] == "passed"
     stats = data_gate.read_statistics(data_dir)
     assert data_gate.train_statistics(stats, data_dir).num_examples == 40
@@ -160,7 +167,7 @@ def test_a_shard_set_without_statistics_is_counted_from_its_files(tmp_path):
 
 def test_command_line_refuses_drift_in_one_line(tmp_path, capsys):
     write_night(tmp_path, "2026-01-01")
-    data_gate.run_gate(str(tmp_path), "2026-01-01", THRESHOLDS)
+    gate(tmp_path, "2026-01-01")
     write_night(tmp_path, "2026-01-02", [400] + [67] * 9)
     argv = ["--output_root", str(tmp_path), "--date", "2026-01-02"]
     assert data_gate.main(argv) == EXIT_BAD_INPUT
@@ -168,3 +175,34 @@ def test_command_line_refuses_drift_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("error: data gate: the label distribution")
     assert data_gate.main([*argv, "--label_drift_threshold", "0.5"]) == 0
     assert "data gate passed: 0 anomalies, previous night 2026-01-01" in capsys.readouterr().out
+
+
+def test_the_thresholds_are_recorded_under_their_names(tmp_path):
+    night = write_night(tmp_path, "2026-01-01")
+    verdict = gate(tmp_path, "2026-01-01", label_drift_threshold=0.25)
+    recorded = {"label_drift": 0.25, "pixel_mean_shift": 0.1, "pixel_stddev_shift": 0.1}
+    assert verdict["thresholds"] == read(layout.join(night, "anomalies.json"))["thresholds"]
+    assert verdict["thresholds"] == recorded
+
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_command_line_refuses_a_threshold_out_of_range_in_one_line(tmp_path, capsys, value):
+    night = write_night(tmp_path, "2026-01-01")
+    argv = ["--output_root", str(tmp_path), "--date", "2026-01-01"]
+    assert data_gate.main([*argv, "--pixel-mean-shift-threshold", value]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == (
+        "error: pixel_mean_shift_threshold must be a finite number of at least 0, "
+        f"got {float(value)}\n"
+    )
+    assert not pathlib.Path(night, "anomalies.json").exists()
+    assert not (tmp_path / "data_gate").exists()
+
+
+def test_command_line_flags_are_the_configs(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    gate(tmp_path, "2026-01-01")
+    night = write_night(tmp_path, "2026-01-02", [400] + [67] * 9)
+    argv = ["--output-root", str(tmp_path), "--date", "2026-01-02", "--accept-anomalies"]
+    assert data_gate.main(argv) == 0
+    assert read(layout.join(night, "data_gate.json"))["status"] == "accepted"
