@@ -27,6 +27,7 @@ import tensorflow as tf
 from contract import atomic, layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import supersede
+from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.params import RunTask, check_output_root, plain_value, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
@@ -104,6 +105,7 @@ class FullRun(RunTask, luigi.WrapperTask):
             # Every stage's parameters, before anything is superseded, locked or run.
             refuse_bad_parameters(
                 Preprocess(**self.shared_params()),
+                DataGate(**self.shared_params()),
                 Train(**self.shared_params()),
                 Evaluate(**self.shared_params()),
             )
