@@ -134,3 +134,13 @@ def test_the_image_entrypoint_refuses_compose_run_date(tmp_path, value):
     done = _run(["sh", entrypoint, "touch", str(marker)], RUN_DATE="2026-01-31", PATH=path)
     assert done.returncode == 0, done.stderr
     assert marker.exists()
+
+
+@pytest.mark.parametrize("stage", ["preprocess", "preprocess.data_gate", "evaluate.rewrite_trend"])
+def test_the_image_entrypoint_runs_a_stage_or_a_stage_module(stage):
+    # The data gate's container is started as `IMAGE preprocess.data_gate ARGS...`.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    entrypoint = str(PROJECT_ROOT / "docker" / "entrypoint.sh")
+    done = _run(["sh", entrypoint, stage, "--help"], PATH=path)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
