@@ -20,6 +20,7 @@ It prints one JSON line with the environment a client process needs (`env`) once
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
 import ipaddress
@@ -29,7 +30,11 @@ import signal
 import socket
 import socketserver
 import ssl
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 TOKEN_HOST = "oauth2.googleapis.com"
@@ -265,6 +270,35 @@ def client_env(emulator_port: int, proxy_port: int, cert: str, credentials: str)
         "GCS_STAT_CACHE_MAX_AGE": "0",
         "GCS_MATCHING_PATHS_CACHE_MAX_AGE": "0",
     }
+
+
+@contextlib.contextmanager
+def running(workdir: Path, bucket: str) -> Iterator[dict[str, str]]:
+    """The emulator and its proxy in a process of their own, on free loopback ports, with
+    `bucket` made; yields the environment its clients need. Its log is workdir/emulator.log."""
+    log_path = workdir / "emulator.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.gcs_emulator",
+                f"--workdir={workdir}",
+                f"--bucket={bucket}",
+            ],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line, log_path.read_text()[-3000:]
+        yield json.loads(line)["env"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def main() -> None:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from contract import pointer, storage
-from tests.factories import PROJECT_ROOT
+from tests import gcs_emulator
 from tests.waiting import wait_until
 
 BUCKET = "bucket"
@@ -29,19 +27,8 @@ EARLIER, LATER = "2026-01-31", "2026-02-01"
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     """The emulator on free loopback ports; yields the clients' environment."""
-    workdir = tmp_path_factory.mktemp("gcs")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.gcs_emulator", f"--workdir={workdir}", f"--bucket={BUCKET}"],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=open(workdir / "emulator.log", "wb"),  # noqa: SIM115 - closed with the process
-        text=True,
-    )
-    line = server.stdout.readline()
-    assert line, (workdir / "emulator.log").read_text()[-3000:]
-    yield json.loads(line)["env"]
-    server.terminate()
-    server.wait(timeout=30)
+    with gcs_emulator.running(tmp_path_factory.mktemp("gcs"), BUCKET) as env:
+        yield env
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import tf_keras
 
 from contract import storage
 from evaluate import serving
+from tests import gcs_emulator
 from tests.evaluate.conftest import DATE
 from tests.factories import PROJECT_ROOT
 
@@ -32,19 +33,8 @@ VERSION_PREFIX = "runs/serving/nightly/20260131/"
 def gcs_env(tmp_path_factory):
     """The emulator and its proxy on free loopback ports; yields the clients' environment."""
     workdir = tmp_path_factory.mktemp("gcs")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.gcs_emulator", f"--workdir={workdir}", f"--bucket={BUCKET}"],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=open(workdir / "emulator.log", "wb"),  # noqa: SIM115 - closed with the process
-        text=True,
-    )
-    line = server.stdout.readline()
-    assert line, (workdir / "emulator.log").read_text()[-3000:]
-    env = json.loads(line)["env"] | {storage.STATE_DIR_ENV: str(workdir / "state")}
-    yield env
-    server.terminate()
-    server.wait(timeout=30)
+    with gcs_emulator.running(workdir, BUCKET) as env:
+        yield env | {storage.STATE_DIR_ENV: str(workdir / "state")}
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
 from contract import storage
+from tests import gcs_emulator
 from tests.factories import PROJECT_ROOT
 from tests.pipeline.test_full_run_e2e import EVALUATE_FILES, Runner, summary
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
@@ -37,19 +37,8 @@ KILLED_DATE = "2026-02-01"
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     """The emulator and its proxy on free loopback ports; yields the clients' environment."""
-    workdir = tmp_path_factory.mktemp("gcs")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.gcs_emulator", f"--workdir={workdir}", f"--bucket={BUCKET}"],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=open(workdir / "emulator.log", "wb"),  # noqa: SIM115 - closed with the process
-        text=True,
-    )
-    line = server.stdout.readline()
-    assert line, (workdir / "emulator.log").read_text()[-3000:]
-    yield json.loads(line)["env"]
-    server.terminate()
-    server.wait(timeout=30)
+    with gcs_emulator.running(tmp_path_factory.mktemp("gcs"), BUCKET) as env:
+        yield env
 
 
 class GcsRunner(Runner):
