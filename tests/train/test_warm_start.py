@@ -238,3 +238,43 @@ def test_warm_started_run_killed_mid_epoch_resumes_bit_identically(data_dir, tmp
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
     assert outcome(resumed_dir) == outcome(reference_dir)
     assert history(resumed_dir)["warm_start"]["started_from"]["run_date"] == BLESSED_DATE
+
+
+def test_a_model_by_import_path_warm_starts_from_its_blessed_self(data_dir, tmp_path):
+    # The walk-through's model (a custom layer, hparams) is built, blessed, settled and loaded
+    # as a warm start the way a worker does it; another width starts cold with the reason.
+    model, hparams = "examples.my_model:build_model", {"width": 8}
+    root = str(tmp_path / "runs")
+    path = layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE)
+    os.makedirs(os.path.dirname(path))
+    manifest = read_manifest(data_dir)
+    make = TrainConfig(data_dir=data_dir, train_dir="", model=model, hparams=hparams)
+    keras.backend.clear_session()
+    blessed_model = models.build_for_run(make, manifest)
+    blessed_model.save(path)
+    bless(root, path)
+    tonight = layout.train_dir(root, TONIGHT)
+    config = warm_start.settle(
+        dataclasses.replace(make, train_dir=tonight, warm_start="last-blessed"), manifest
+    )
+    assert config.warm_start_from == path and config.cold_start_reason == ""
+    keras.backend.clear_session()
+    fresh = models.build_for_run(config, manifest)
+    assert not all(
+        np.array_equal(a, b)
+        for a, b in zip(fresh.get_weights(), blessed_model.get_weights(), strict=True)
+    )
+    warm_start.load_into(fresh, config)
+    for a, b in zip(fresh.get_weights(), blessed_model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    wider = warm_start.settle(
+        TrainConfig(
+            data_dir=data_dir,
+            train_dir=tonight,
+            model=model,
+            hparams={"width": 16},
+            warm_start="last-blessed",
+        ),
+        manifest,
+    )
+    assert wider.warm_start_from == "" and "does not fit model" in wider.cold_start_reason
