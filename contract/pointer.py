@@ -215,12 +215,17 @@ def update(
     output_root: str,
     decide: Callable[[dict[str, Any] | None], dict[str, Any] | None],
     attempts: int = 5,
+    locked: bool = False,
 ) -> dict[str, Any] | None:
     """Moves the pointer to what `decide` makes of the current one, under `pointer_lock`.
 
     `decide(current)` returns the new pointer, or None to leave it. On gs://, when another
     host moved the pointer between the read and the write, the write is refused and `decide`
-    is asked again about the pointer as it now is.
+    is asked again about the pointer as it now is, so a pointer another host moved is never
+    overwritten with a stale decision.
+
+    Args:
+        locked: the caller holds `pointer_lock` already (it is not taken again).
 
     Returns:
         The pointer written, or None when `decide` left it.
@@ -228,19 +233,21 @@ def update(
     Raises:
         PointerMovedError: the pointer moved under every one of `attempts` writes.
     """
-    with pointer_lock(output_root):
-        for attempt in range(1, attempts + 1):
-            current, generation = read_versioned(output_root)
-            new = decide(current)
-            if new is None:
-                return None
-            try:
-                write(output_root, new, if_generation=generation)
-            except PointerMovedError:
-                if attempt == attempts:
-                    raise
-                continue
-            return new
+    if not locked:
+        with pointer_lock(output_root):
+            return update(output_root, decide, attempts, locked=True)
+    for attempt in range(1, attempts + 1):
+        current, generation = read_versioned(output_root)
+        new = decide(current)
+        if new is None:
+            return None
+        try:
+            write(output_root, new, if_generation=generation)
+        except PointerMovedError:
+            if attempt == attempts:
+                raise
+            continue
+        return new
     return None
 
 

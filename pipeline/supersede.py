@@ -115,46 +115,16 @@ def supersede(
                         moved[key] = kept[path]
             return {**current, **moved} if current is not None and moved else None
 
-        _move_pointer(output_root, to_keep)
+        latest_pointer.update(output_root, to_keep, POINTER_ATTEMPTS, locked=True)
         for name, (source, target) in moves.items():
             _move_folder(source, target, STAGE_MARKERS[name])
             logger.info("forced rerun of %s: moved %s to %s", name, source, target)
-        followed = _move_pointer(output_root, to_new_place)
+        followed = latest_pointer.update(output_root, to_new_place, POINTER_ATTEMPTS, locked=True)
         if followed is not None:
             logger.info("the latest pointer follows its model to %s", followed["model_path"])
         if tf.io.gfile.exists(keep):  # the pointer as last read or written does not name it
             _remove(keep)
     return destination
-
-
-def _move_pointer(
-    output_root: str, decide: Callable[[dict[str, Any] | None], dict[str, Any] | None]
-) -> dict[str, Any] | None:
-    """`contract.pointer.update` for a caller that already holds the pointer's lock.
-
-    On gs:// the write carries the generation that was read: when another host moved the
-    pointer in between, nothing is written and `decide` is asked again about the pointer as
-    it now is, so a pointer another host moved is never overwritten with a stale decision.
-
-    Returns:
-        The pointer written, or None when `decide` left it.
-
-    Raises:
-        PointerMovedError: the pointer moved under every attempt.
-    """
-    for attempt in range(1, POINTER_ATTEMPTS + 1):
-        current, generation = latest_pointer.read_versioned(output_root)
-        new = decide(current)
-        if new is None:
-            return None
-        try:
-            latest_pointer.write(output_root, new, if_generation=generation)
-        except latest_pointer.PointerMovedError:
-            if attempt == POINTER_ATTEMPTS:
-                raise
-            continue
-        return new
-    return None
 
 
 def _followed(
