@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -20,6 +21,13 @@ from train.backup import RunState
 # validation (before its backup), or one of worker.run's points after training: "trained",
 # "saved" (model and checkpoint written), "finished" (history.json written, backup not removed).
 FAULT_ENV = "TRAIN_FAULT_KILL_AT_STEP"
+# Test-only: "<step>" makes every worker wait as that global step begins (on the first attempt)
+# until the worker gets SIGTERM, or HOLD_SECONDS pass: a run held mid-epoch for as long as a
+# test needs, on a machine of any speed. Every worker holds, so none waits in a collective.
+HOLD_ENV = "TRAIN_FAULT_HOLD_AT_STEP"
+HOLD_SECONDS = 600.0
+# Set by train.preemption when the worker gets SIGTERM: ends a hold.
+SIGTERM_SEEN = threading.Event()
 HISTORY_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate")
 
 log = logging.getLogger("train")
@@ -54,7 +62,8 @@ def die_if_at(armed: str, point: str) -> None:
 
 
 class FaultInjection(keras.callbacks.Callback):
-    """Kills this worker at a step or after an epoch's validation, to test exact resume.
+    """Kills this worker at a step or after an epoch's validation, to test exact resume, or
+    holds it at a step until SIGTERM, to test what happens to a run stopped mid-epoch.
 
     Place it right after validation: an epoch-end kill then comes after validation and
     before everything that records the epoch.
@@ -64,12 +73,19 @@ class FaultInjection(keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True
         self.point = fault_point(worker_index, attempt)
+        hold = os.environ.get(HOLD_ENV, "") if attempt == 0 else ""
+        self.hold_at = int(hold) if hold else None
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.point:
             step = current_step(self.model)
             die_if_at(self.point, str(step))
             die_if_at(self.point, f"stage-{step}")
+        if self.hold_at is not None and current_step(self.model) == self.hold_at:
+            log.info("FAULT holding at step %d until SIGTERM", self.hold_at)
+            for handler in log.handlers + logging.getLogger().handlers:
+                handler.flush()
+            SIGTERM_SEEN.wait(HOLD_SECONDS)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         die_if_at(self.point, f"validated-{epoch + 1}")

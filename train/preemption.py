@@ -30,7 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 from tensorflow.python.eager import context
 
-from train import cluster
+from train import callbacks, cluster
 from train.backup import Backup, RunState
 from train.callbacks import current_step
 
@@ -122,6 +122,7 @@ class SaveOnPreemption(keras.callbacks.Callback):
             if not self.signalled.is_set():
                 log.warning("SIGTERM: saving a backup at a step the cluster agrees on")
                 self.signalled.set()
+                callbacks.SIGTERM_SEEN.set()
                 timer = threading.Timer(
                     SAVE_SECONDS, _exit_preempted, args=("the backup took too long",)
                 )

@@ -15,6 +15,7 @@ import pytest
 
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
+from train.callbacks import HOLD_ENV
 from train.config import TrainConfig
 from train.launcher import free_ports, private_network_for
 from train.private_network import NamespaceUnavailable, PrivateNetwork
@@ -79,10 +80,16 @@ def test_training_ports_are_unreachable_from_the_host(tmp_path):
     data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
     write_small_shard_set(data_dir)
     ports = free_ports(2)
-    argv = launch_argv(data_dir, train_dir, epochs=40, save_freq_steps=1000)
+    argv = launch_argv(data_dir, train_dir, epochs=2, save_freq_steps=1000)
     argv += ["--ports", ",".join(map(str, ports))]
+    # The workers wait at step 3 until they are stopped: the ports are checked while they
+    # train, on a machine of any speed.
     launch = subprocess.Popen(
-        argv, cwd=PROJECT_ROOT, env=train_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv,
+        cwd=PROJECT_ROOT,
+        env=train_env(**{HOLD_ENV: "3"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     seen: dict[int, list[str]] = {}
     try:
