@@ -16,9 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
-
-from contract import storage
+from contract import gfile, storage
 
 
 def fsync_path(path: str) -> None:
@@ -44,7 +42,7 @@ def replace_durably(tmp: str, path: str) -> None:
     rename is the store's (the upload of `tmp` was durable already).
     """
     if storage.is_remote(path):
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        gfile.rename(tmp, path, overwrite=True)
         return
     fsync_path(tmp)
     os.replace(tmp, path)
@@ -54,7 +52,7 @@ def replace_durably(tmp: str, path: str) -> None:
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Writes to a temporary sibling, then renames it over `path` (`replace_durably`)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(tmp, "wb") as f:
+    with gfile.GFile(tmp, "wb") as f:
         f.write(data)
     replace_durably(tmp, path)
 
@@ -71,33 +69,33 @@ def write_file_atomic(path: str, write: Callable[[str], None]) -> None:
     temporary file, so a retry never leaves half a file under either name.
     """
     folder = os.path.dirname(path)
-    if folder and not tf.io.gfile.exists(folder):
-        tf.io.gfile.makedirs(folder)
+    if folder and not gfile.exists(folder):
+        gfile.makedirs(folder)
         sync_folder(os.path.dirname(folder))  # the new folder's own name
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     try:
         write(tmp)
         replace_durably(tmp, path)
     finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
+        if gfile.exists(tmp):
+            gfile.remove(tmp)
 
 
 def copy_atomic(source: str, target: str) -> None:
     """Copies `source` to `target` (any filesystems) through a temporary sibling."""
-    write_file_atomic(target, lambda tmp: tf.io.gfile.copy(source, tmp, overwrite=True))
+    write_file_atomic(target, lambda tmp: gfile.copy(source, tmp, overwrite=True))
 
 
 def read_json(path: str) -> Any:
     """Reads a JSON file through tf.io.gfile (local paths and gs:// alike)."""
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with gfile.GFile(path, "rb") as f:
         return json.loads(f.read())
 
 
 def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:
     """The hex sha256 of a file, read in chunks."""
     digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with gfile.GFile(path, "rb") as f:
         while chunk := f.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()

@@ -46,9 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
-
-from contract import atomic, layout
+from contract import atomic, gfile, layout
 
 SCHEMA_VERSION = 1
 STATISTICS_KEY = "statistics"
@@ -82,7 +80,7 @@ def read_manifest(data_dir: str) -> dict[str, Any]:
         ManifestError: the manifest is missing, not JSON, or lacks a required key.
     """
     path = layout.join(data_dir, layout.MANIFEST_FILE)
-    if not tf.io.gfile.exists(path):
+    if not gfile.exists(path):
         raise ManifestError(f"manifest not found: {path} (run the preprocess stage first)")
     try:
         manifest = atomic.read_json(path)
@@ -159,9 +157,9 @@ def verify(data_dir: str, split: str | None = None, worker: int | None = None) -
         entries = file_entries(manifest, split, worker)
     for entry in entries:
         path = layout.join(data_dir, entry["path"])
-        if not tf.io.gfile.exists(path):
+        if not gfile.exists(path):
             raise ManifestError(f"shard file missing: {path}")
-        size = tf.io.gfile.stat(path).length
+        size = gfile.stat(path).length
         if size != entry["size_bytes"]:
             raise ManifestError(
                 f"shard file size mismatch: {path} has {size} bytes, "

@@ -17,7 +17,7 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-import tensorflow as tf
+from contract import gfile
 
 KERAS_CONFIG_MEMBER = "config.json"  # inside a .keras zip
 BUILT_IN_MODULES = ("keras", "tf_keras", "builtins")
@@ -45,7 +45,7 @@ def _custom_objects(node: Any) -> Iterator[tuple[str, str, str | None]]:
 
 
 def _saved_custom_objects(model_path: str) -> list[tuple[str, str, str | None]]:
-    with tf.io.gfile.GFile(model_path, "rb") as f, zipfile.ZipFile(f) as archive:
+    with gfile.GFile(model_path, "rb") as f, zipfile.ZipFile(f) as archive:
         config = json.loads(archive.read(KERAS_CONFIG_MEMBER))
     return sorted(set(_custom_objects(config)), key=str)
 

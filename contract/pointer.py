@@ -37,9 +37,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
 
-import tensorflow as tf
-
-from contract import atomic, layout, storage
+from contract import atomic, gfile, layout, storage
 
 
 class Pointer(TypedDict):
@@ -97,7 +95,7 @@ def read_versioned(output_root: str) -> tuple[dict[str, Any] | None, int | None]
     path = pointer_path(output_root)
     if storage.scheme(path) == "gs":
         return _read_gcs(path)
-    if not tf.io.gfile.exists(path):
+    if not gfile.exists(path):
         return None, None
     result: dict[str, Any] = atomic.read_json(path)
     return result, None
@@ -177,7 +175,7 @@ def is_complete(output_root: str, pointer: dict[str, Any]) -> bool:
     metrics = pointer.get("metrics_path")
     if not isinstance(metrics, str) or not metrics:
         return True
-    return bool(tf.io.gfile.exists(resolve(output_root, metrics)))
+    return bool(gfile.exists(resolve(output_root, metrics)))
 
 
 def model_exists(output_root: str, pointer: dict[str, Any]) -> bool:
@@ -185,7 +183,7 @@ def model_exists(output_root: str, pointer: dict[str, Any]) -> bool:
     model = pointer.get("model_path")
     if not isinstance(model, str) or not model:
         return True
-    return bool(tf.io.gfile.exists(resolve(output_root, model)))
+    return bool(gfile.exists(resolve(output_root, model)))
 
 
 def problem(output_root: str, pointer: dict[str, Any]) -> str | None:

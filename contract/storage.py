@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-import tensorflow as tf
+from contract import gfile
 
 SUPPORTED_SCHEMES = ("gs",)
 STATE_DIR_ENV = "NIGHTLY_TRAINER_STATE_DIR"
@@ -82,7 +82,7 @@ def upload_folder(local_dir: str, remote_dir: str) -> list[str]:
             source = os.path.join(folder, name)
             relative = os.path.relpath(source, local_dir).replace(os.sep, "/")
             target = f"{remote_dir.rstrip('/')}/{relative}"
-            tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
-            tf.io.gfile.copy(source, target, overwrite=True)
+            gfile.makedirs(target.rsplit("/", 1)[0])
+            gfile.copy(source, target, overwrite=True)
             written.append(target)
     return written

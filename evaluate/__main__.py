@@ -11,9 +11,6 @@ from contract import layout, pointer, run_lock, settings
 from contract.manifest import ManifestError
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from evaluate.config import EvaluateConfig
-from evaluate.data import EvalSplitError
-from evaluate.serving import ExportBaseError, ExportError
-from evaluate.stage import TrainOutputError, run
 
 logger = logging.getLogger("evaluate")
 
@@ -52,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(error_line(f"{e}; fix the flag and rerun"), file=sys.stderr)
         return EXIT_BAD_INPUT
+    # The stage, and TensorFlow with it, only now: parse_args serves Luigi's process too.
+    from evaluate.data import EvalSplitError
+    from evaluate.serving import ExportBaseError, ExportError
+    from evaluate.stage import TrainOutputError, run
+
     try:
         run_lock.hold_for_process(layout.run_dir(config.output_root, config.date))
         metrics = run(config)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from contract import dates, layout, storage
-from evaluate import serving
 from evaluate.blessing import Thresholds
 
 SERVING_DIR = "serving"
 DEFAULT_MODEL_NAME = "nightly"
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ class EvaluateConfig:
             raise ValueError(f"max_relative_regression is a fraction in [0, 1], got {relative}")
         if self.export_base is not None:
             storage.check_supported(self.export_base, "export base")
-        serving.check_model_name(self.model_name)
+        check_model_name(self.model_name)
 
     @property
     def data_dir(self) -> str:
@@ -123,3 +124,16 @@ class EvaluateConfig:
     @property
     def latest_pointer_path(self) -> str:
         return layout.join(self.output_root, layout.LATEST_POINTER_FILE)
+
+
+def check_model_name(name: str) -> None:
+    """Refuses a model name that is not one plain folder name.
+
+    Raises:
+        ValueError: naming the model name and what is allowed.
+    """
+    if not _MODEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"model_name {name!r} must be one folder name of letters, digits, '.', '_' or '-' "
+            "(not starting with '.' or '-')"
+        )

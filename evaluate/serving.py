@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 import uuid
 from typing import Any
@@ -52,7 +51,6 @@ PUSH_MARKER = "assets.extra/nightly_push.json"
 SAVED_MODEL_PB = "saved_model.pb"
 # Largest difference allowed between the export's and the Keras model's probabilities.
 TOLERANCE = 1e-5
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class ExportError(Exception):
@@ -66,19 +64,6 @@ class ExportBaseError(ExportError):
 def version_for_date(date: str) -> int:
     """The serving version of a run date: `2026-01-31` -> 20260131."""
     return int(date.replace("-", ""))
-
-
-def check_model_name(name: str) -> None:
-    """Refuses a model name that is not one plain folder name.
-
-    Raises:
-        ValueError: naming the model name and what is allowed.
-    """
-    if not _MODEL_NAME.fullmatch(name):
-        raise ValueError(
-            f"model_name {name!r} must be one folder name of letters, digits, '.', '_' or '-' "
-            "(not starting with '.' or '-')"
-        )
 
 
 def check_export_base(export_base: str) -> None:

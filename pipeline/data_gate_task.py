@@ -17,8 +17,8 @@ from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
 from pipeline.stage_params import stage_config, stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
-from preprocess.data_gate import DataGateConfig
 from preprocess.errors import BadInputError
+from preprocess.gate_config import DataGateConfig
 
 STAGE_LOG_FILE = "data_gate.log"
 
@@ -27,7 +27,7 @@ STAGE_LOG_FILE = "data_gate.log"
 class DataGate(RunTask):
     """Checks the run's data statistics against the kept schema and the previous night's.
 
-    Every setting of preprocess.data_gate.DataGateConfig but the run's own is a parameter here
+    Every setting of preprocess.gate_config.DataGateConfig but the run's own is a parameter here
     too (same name, type, description and default); luigi.cfg's [DataGate] gives the values
     that differ.
     """

@@ -22,9 +22,8 @@ import subprocess
 import sys
 
 import luigi
-import tensorflow as tf
 
-from contract import atomic, layout, run_lock, storage
+from contract import atomic, gfile, layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import supersede
 from pipeline.data_gate_task import DataGate
@@ -162,7 +161,7 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
         ShardSetMismatch: naming each differing parameter, both values, and the ways out.
     """
     path = preprocess.output().path
-    if not tf.io.gfile.exists(path):
+    if not gfile.exists(path):
         return
     doc = atomic.read_json(path)
     recorded = {**doc.get("parameters", {}), "num_workers": doc.get("num_workers")}
@@ -188,12 +187,12 @@ def check_train_settings(train: Train) -> None:
     Raises:
         TrainSettingsMismatch: naming each differing parameter, both values, and the ways out.
     """
-    if not tf.io.gfile.exists(train.output().path):
+    if not gfile.exists(train.output().path):
         return
     path = layout.join(
         layout.train_dir(train.output_root, train.date_str), layout.TRAIN_CONFIG_FILE
     )
-    if not tf.io.gfile.exists(path):
+    if not gfile.exists(path):
         return  # trained by a version that did not record its settings
     recorded = atomic.read_json(path)
     settings = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -254,6 +253,6 @@ def _log_to_run_folder(output_root: str, date: str) -> str:
 def _upload_log(local_path: str, remote_path: str) -> None:
     """Copies the luigi log to the store; a failed copy is reported, never raised at exit."""
     try:
-        tf.io.gfile.copy(local_path, remote_path, overwrite=True)
+        gfile.copy(local_path, remote_path, overwrite=True)
     except Exception as e:  # noqa: BLE001 - at exit, a lost log copy must not hide the run's result
         logger.warning("could not copy the luigi log %s to %s: %s", local_path, remote_path, e)

@@ -32,9 +32,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import luigi
-import tensorflow as tf
 
-from contract import processes, run_lock, storage
+from contract import gfile, processes, run_lock, storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
@@ -103,9 +102,9 @@ def run_stage(
 def _copy_log(local_log: str, log_path: str) -> None:
     """Copies a stage's local log to its place on the store (a failed copy is only logged)."""
     try:
-        tf.io.gfile.makedirs(os.path.dirname(log_path))
-        tf.io.gfile.copy(local_log, log_path, overwrite=True)
-    except (tf.errors.OpError, OSError) as e:
+        gfile.makedirs(os.path.dirname(log_path))
+        gfile.copy(local_log, log_path, overwrite=True)
+    except (gfile.errors.OpError, OSError) as e:
         logger.warning("could not copy %s to %s: %s", local_log, log_path, e)
 
 

@@ -17,9 +17,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
-
-from contract import atomic, layout, storage
+from contract import atomic, gfile, layout, storage
 from contract import pointer as latest_pointer
 
 logger = logging.getLogger(__name__)
@@ -84,7 +82,7 @@ def supersede(
     moves: dict[str, tuple[str, str]] = {}  # stage -> (source, target)
     for name in stages_from(stage):
         source = STAGE_DIRS[name](output_root, date)
-        if tf.io.gfile.exists(source):
+        if gfile.exists(source):
             moves[name] = (source, layout.join(destination, posixpath.basename(source)))
     if not moves:
         logger.info("forced rerun of %s: nothing to move for %s", stage, date)
@@ -99,7 +97,7 @@ def supersede(
             kept.clear()
             named = {}
             for i, (key, (old, new)) in enumerate(_followed(output_root, current, targets).items()):
-                if tf.io.gfile.exists(old):  # a file already missing has nothing to keep
+                if gfile.exists(old):  # a file already missing has nothing to keep
                     named[key] = layout.join(keep, str(i), posixpath.basename(old))
                     _keep_copy(old, named[key])
                     kept[_comparable(named[key])] = new
@@ -122,7 +120,7 @@ def supersede(
         followed = latest_pointer.update(output_root, to_new_place, POINTER_ATTEMPTS, locked=True)
         if followed is not None:
             logger.info("the latest pointer follows its model to %s", followed["model_path"])
-        if tf.io.gfile.exists(keep):  # the pointer as last read or written does not name it
+        if gfile.exists(keep):  # the pointer as last read or written does not name it
             _remove(keep)
     return destination
 
@@ -151,9 +149,9 @@ def _followed(
 def _keep_copy(path: str, kept: str) -> None:
     """A durable second name for `path` that the move leaves alone: a hard link where the
     filesystem has them (no bytes copied), else a copy."""
-    tf.io.gfile.makedirs(posixpath.dirname(kept))
+    gfile.makedirs(posixpath.dirname(kept))
     if storage.is_remote(path):
-        tf.io.gfile.copy(path, kept, overwrite=True)
+        gfile.copy(path, kept, overwrite=True)
         return
     try:
         os.link(path, kept)
@@ -164,8 +162,8 @@ def _keep_copy(path: str, kept: str) -> None:
 
 
 def _remove(folder: str) -> None:
-    with contextlib.suppress(tf.errors.NotFoundError):
-        tf.io.gfile.rmtree(folder)
+    with contextlib.suppress(gfile.errors.NotFoundError):
+        gfile.rmtree(folder)
 
 
 def _move_folder(source: str, target: str, marker: str) -> None:
@@ -182,17 +180,15 @@ def _move_folder(source: str, target: str, marker: str) -> None:
         atomic.sync_folder(os.path.dirname(source))
         return
     files = [
-        posixpath.join(folder, name)
-        for folder, _, names in tf.io.gfile.walk(source)
-        for name in names
+        posixpath.join(folder, name) for folder, _, names in gfile.walk(source) for name in names
     ]
     first = layout.join(source, marker)
     for path in sorted(files, key=lambda p: (p != first, p)):
         destination = target + path[len(source) :]
-        tf.io.gfile.makedirs(posixpath.dirname(destination))
-        tf.io.gfile.rename(path, destination, overwrite=True)
-    with contextlib.suppress(tf.errors.NotFoundError):
-        tf.io.gfile.rmtree(source)  # the folder markers left behind
+        gfile.makedirs(posixpath.dirname(destination))
+        gfile.rename(path, destination, overwrite=True)
+    with contextlib.suppress(gfile.errors.NotFoundError):
+        gfile.rmtree(source)  # the folder markers left behind
 
 
 def _comparable(path: str) -> str:

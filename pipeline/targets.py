@@ -11,36 +11,37 @@ from typing import IO, Any
 
 import luigi
 import luigi.target
-import tensorflow as tf
+
+from contract import gfile
 
 
 class GFileSystem(luigi.target.FileSystem):
     """Luigi's FileSystem interface over `tf.io.gfile` (local paths and gs://)."""
 
     def exists(self, path: str) -> bool:
-        return bool(tf.io.gfile.exists(path))
+        return bool(gfile.exists(path))
 
     def remove(self, path: str, recursive: bool = True, skip_trash: bool = True) -> None:
-        if tf.io.gfile.isdir(path):
+        if gfile.isdir(path):
             if not recursive:
                 raise luigi.target.FileSystemException(f"{path} is a folder: pass recursive")
-            tf.io.gfile.rmtree(path)
-        elif tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
+            gfile.rmtree(path)
+        elif gfile.exists(path):
+            gfile.remove(path)
 
     def mkdir(self, path: str, parents: bool = True, raise_if_exists: bool = False) -> None:
-        if raise_if_exists and tf.io.gfile.exists(path):
+        if raise_if_exists and gfile.exists(path):
             raise luigi.target.FileAlreadyExists(path)
-        tf.io.gfile.makedirs(path)
+        gfile.makedirs(path)
 
     def isdir(self, path: str) -> bool:
-        return bool(tf.io.gfile.isdir(path))
+        return bool(gfile.isdir(path))
 
     def listdir(self, path: str) -> list[str]:
-        return [f"{path.rstrip('/')}/{name.rstrip('/')}" for name in tf.io.gfile.listdir(path)]
+        return [f"{path.rstrip('/')}/{name.rstrip('/')}" for name in gfile.listdir(path)]
 
     def move(self, path: str, dest: str, raise_if_exists: bool = False) -> None:
-        tf.io.gfile.rename(path, dest, overwrite=not raise_if_exists)
+        gfile.rename(path, dest, overwrite=not raise_if_exists)
 
 
 class GFileTarget(luigi.target.FileSystemTarget):
@@ -49,4 +50,4 @@ class GFileTarget(luigi.target.FileSystemTarget):
     fs = GFileSystem()
 
     def open(self, mode: str = "r") -> IO[Any]:
-        return tf.io.gfile.GFile(self.path, mode)
+        return gfile.GFile(self.path, mode)

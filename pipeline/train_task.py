@@ -14,8 +14,7 @@ from pipeline.data_gate_task import DataGate
 from pipeline.params import RunTask, plain_value
 from pipeline.stage_params import stage_flags, stage_parameters
 from pipeline.targets import GFileTarget
-from train.config import WARM_START_SETTLED, TrainConfig
-from train.launcher import MAX_RESTARTS
+from train.config import MAX_RESTARTS, WARM_START_SETTLED, TrainConfig
 
 STAGE_LOG_FILE = "train.log"
 

@@ -20,98 +20,25 @@ normal, remove the schema file: the next night infers it again.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-import math
 import re
 import sys
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from contract import atomic, layout, manifest, run_lock, settings, storage
+from contract import atomic, gfile, layout, manifest, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
 from preprocess import statistics
 from preprocess.errors import BadInputError, PreprocessError
+from preprocess.gate_config import DataGateConfig
 
 TRAIN_PART = "train"
 PIXEL_MAX = 255
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 log = logging.getLogger(__name__)
-
-
-# The thresholds' names in anomalies.json and data_gate.json: the config's without `_threshold`.
-THRESHOLD_NAMES = ("label_drift", "pixel_mean_shift", "pixel_stddev_shift")
-
-
-@dataclasses.dataclass(frozen=True)
-class DataGateConfig:
-    """Everything one run of the gate needs.
-
-    A field's metadata (help) makes its `python -m preprocess.data_gate` flag and its Luigi
-    DataGate parameter (contract.settings): a new setting is declared here and nowhere else.
-    """
-
-    output_root: str = dataclasses.field(
-        metadata={
-            "help": "Folder holding one subfolder per run date, and the kept schema "
-            "(<output_root>/data_gate/schema.pbtxt)."
-        }
-    )
-    date: str = dataclasses.field(metadata={"help": "The run's date, YYYY-MM-DD."})
-    label_drift_threshold: float = dataclasses.field(
-        default=0.1,
-        metadata={
-            "help": "Largest L-infinity distance between the label distribution of the night's "
-            "training data and the previous passed night's (0.1: no class's share moves by "
-            "more than 10 points)."
-        },
-    )
-    pixel_mean_shift_threshold: float = dataclasses.field(
-        default=0.1,
-        metadata={
-            "help": "Largest change of the mean pixel value from the previous passed night, in "
-            "units of that night's pixel standard deviation."
-        },
-    )
-    pixel_stddev_shift_threshold: float = dataclasses.field(
-        default=0.1,
-        metadata={
-            "help": "Largest change of the pixel standard deviation from the previous passed "
-            "night, relative to it."
-        },
-    )
-    accept_anomalies: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "Let the night's data through whatever the gate finds (the anomalies are "
-            "still written and the verdict says 'accepted'). Per run only "
-            "(--DataGate-accept-anomalies); never set it in luigi.cfg."
-        },
-    )
-
-    def check(self) -> None:
-        """Rejects settings the gate cannot honour.
-
-        Raises:
-            BadInputError: naming the setting and what it must be.
-        """
-        if not _DATE.fullmatch(self.date):
-            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'")
-        for name in THRESHOLD_NAMES:
-            value = getattr(self, f"{name}_threshold")
-            if not (math.isfinite(value) and value >= 0):
-                raise BadInputError(
-                    f"{name}_threshold must be a finite number of at least 0, got {value}"
-                )
-
-    @property
-    def thresholds(self) -> dict[str, float]:
-        """The thresholds as anomalies.json and data_gate.json record them."""
-        return {name: getattr(self, f"{name}_threshold") for name in THRESHOLD_NAMES}
 
 
 def anomaly(check: str, feature: str, message: str, **values: Any) -> dict[str, Any]:
@@ -267,7 +194,7 @@ def read_schema(path: str) -> schema_pb2.Schema:
     Raises:
         BadInputError: the file is not a Schema in text format.
     """
-    with tf.io.gfile.GFile(path, "r") as f:
+    with gfile.GFile(path, "r") as f:
         text = f.read()
     try:
         return text_format.Parse(text, schema_pb2.Schema())
@@ -280,17 +207,17 @@ def read_schema(path: str) -> schema_pb2.Schema:
 
 def previous_night(output_root: str, date: str) -> str | None:
     """The latest date before `date` whose data passed the gate (or was accepted)."""
-    if not tf.io.gfile.isdir(output_root):
+    if not gfile.isdir(output_root):
         return None
     dates = sorted(
-        (name.rstrip("/") for name in tf.io.gfile.listdir(output_root)),
+        (name.rstrip("/") for name in gfile.listdir(output_root)),
         reverse=True,
     )
     for candidate in dates:
         if not _DATE.fullmatch(candidate) or candidate >= date:
             continue
         data_dir = layout.data_dir(output_root, candidate)
-        if tf.io.gfile.exists(layout.join(data_dir, manifest.DATA_GATE_FILE)):
+        if gfile.exists(layout.join(data_dir, manifest.DATA_GATE_FILE)):
             return candidate
     return None
 
@@ -312,7 +239,7 @@ def read_statistics(data_dir: str) -> statistics_pb2.DatasetFeatureStatisticsLis
         ]
         return statistics.from_counts(counted, doc["image_shape"])
     path = layout.join(data_dir, entry["path"])
-    if not tf.io.gfile.exists(path) or atomic.sha256_file(path) != entry["sha256"]:
+    if not gfile.exists(path) or atomic.sha256_file(path) != entry["sha256"]:
         raise PreprocessError(f"statistics file {path} is missing or differs from its manifest")
     return statistics.read(path)
 
@@ -333,10 +260,10 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
     data_dir = layout.data_dir(output_root, date)
     current = train_statistics(read_statistics(data_dir), data_dir)
     kept = schema_path(output_root)
-    inferred = not tf.io.gfile.exists(kept)
+    inferred = not gfile.exists(kept)
     if inferred:
         schema = infer_schema(current)
-        tf.io.gfile.makedirs(layout.join(output_root, manifest.SCHEMA_DIR))
+        gfile.makedirs(layout.join(output_root, manifest.SCHEMA_DIR))
         atomic.write_bytes_atomic(kept, text_format.MessageToString(schema).encode())
         log.info("inferred the schema %s from the data of %s", kept, date)
     else:

@@ -10,7 +10,17 @@ import os
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 os.environ.setdefault(ONEDNN_ENV, "1")
 
+from typing import Any  # noqa: E402
+
 from train.config import TrainConfig  # noqa: E402
-from train.worker import run  # noqa: E402
 
 __all__ = ["ONEDNN_ENV", "TrainConfig", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # `train.run` imports TensorFlow on first use: Luigi's process reads TrainConfig only.
+    if name == "run":
+        from train.worker import run
+
+        return run
+    raise AttributeError(f"module 'train' has no attribute {name!r}")

@@ -8,6 +8,8 @@ from typing import Any
 
 from contract import atomic
 
+MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
+
 AUGMENTATIONS = ("off", "flip-shift")
 TEST_TIME_AUGMENTATIONS = ("off", "flip")
 LR_SCHEDULES = ("plateau", "cosine")

@@ -28,7 +28,7 @@ from contract.messages import (
     restart_may_help,
 )
 from train import cluster
-from train.config import ConfigError, TrainConfig
+from train.config import MAX_RESTARTS, ConfigError, TrainConfig
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting can
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
 LOOPBACK = "127.0.0.1"
-MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
 
 
 class LaunchError(RuntimeError):
