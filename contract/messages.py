@@ -10,9 +10,11 @@ else in a stage's output is parsed.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 ERROR_PREFIX = "error: "
 PROGRESS_PREFIX = "PROGRESS "
@@ -77,3 +79,12 @@ def last_error(lines: Iterable[str]) -> str | None:
         if stripped.startswith(ERROR_PREFIX):
             found = stripped[len(ERROR_PREFIX) :]
     return found
+
+
+class StageArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose errors are the stages' one line, `error: ...`, and exit 2
+    (argparse's own print its whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
-from typing import NoReturn
 
 from contract import layout, pointer, run_lock, settings
 from contract.manifest import ManifestError
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from evaluate.config import EvaluateConfig
 
 logger = logging.getLogger("evaluate")
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are the stages' one line, `error: ...`, and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
-        sys.exit(EXIT_BAD_INPUT)
-
-
 def parse_args(argv: list[str] | None = None) -> EvaluateConfig:
     """Parses the command line into the stage's config."""
-    parser = _Parser(
+    parser = StageArgumentParser(
         prog="python -m evaluate",
         description="Evaluate a run's final model on the whole eval split, write metrics, "
         "pictures, report and blessing, and move the latest pointer when blessed.",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 from contract import layout, manifest, run_lock
-from contract.messages import EXIT_BAD_INPUT, error_line
+from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
 from contract.storage import UnsupportedStorageError
 
 USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
@@ -20,7 +19,7 @@ USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Be
 
 def verify(argv: list[str]) -> int:
     """Checks a shard set; prints OK or the one-line problem; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m preprocess verify")
+    parser = StageArgumentParser(prog="python -m preprocess verify")
     parser.add_argument("data_dir", help="the shard set's folder (<output_root>/<date>/data)")
     parser.add_argument("--split", default=None, help="only this split's files")
     parser.add_argument("--worker", type=int, default=None, help="only this worker's train files")

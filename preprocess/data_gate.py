@@ -30,7 +30,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from contract import atomic, gfile, layout, manifest, run_lock, settings, storage
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from preprocess import statistics
 from preprocess.errors import BadInputError, PreprocessError
 from preprocess.gate_config import DataGateConfig
@@ -312,7 +312,7 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> DataGateConfig:
     """The gate's config of its command line (unchecked: `DataGateConfig.check`)."""
-    parser = argparse.ArgumentParser(
+    parser = StageArgumentParser(
         prog="python -m preprocess.data_gate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -25,7 +25,7 @@ import uuid
 
 import numpy as np
 
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, error_line
+from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from preprocess.errors import BadInputError, PreprocessError
 
 DEFAULT_SOURCE_DIR = ".cache/fashion-mnist"
@@ -141,7 +141,7 @@ def make_drops(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line; prints the days written and the --dataset value that reads them."""
-    parser = argparse.ArgumentParser(
+    parser = StageArgumentParser(
         prog="python -m preprocess.make_drops",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

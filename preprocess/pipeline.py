@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import hashlib
@@ -15,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout, manifest, records, run_lock, storage
+from contract import atomic, layout, manifest, messages, records, run_lock, storage
 from preprocess import (
     dask_support,
     datasets,
@@ -362,7 +361,7 @@ def run(argv: list[str] | None = None, hold_run_lock: bool = False) -> dict[str,
     Raises:
         RunLockedError: another run of the date is in progress; nothing done.
     """
-    parser = argparse.ArgumentParser(
+    parser = messages.StageArgumentParser(
         prog="python -m preprocess run", description=__doc__, allow_abbrev=False
     )
     add_arguments(parser)

@@ -10,7 +10,6 @@ import argparse
 import errno
 import logging
 import sys
-from typing import NoReturn
 
 from contract import run_lock, settings, storage
 from contract.containers import ContainerError, ContainerSettings
@@ -20,6 +19,7 @@ from contract.messages import (
     EXIT_DISK_FULL,
     EXIT_FAILED,
     EXIT_RETRYABLE,
+    StageArgumentParser,
     error_line,
     notice_line,
 )
@@ -28,14 +28,6 @@ from train import cluster
 from train.config import ConfigError, TrainConfig
 from train.docker_backend import DockerWorkerBackend
 from train.launcher import MAX_RESTARTS, LaunchError, log_dir_for, worker_argv
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are the stages' one line, `error: ...`, and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
-        sys.exit(EXIT_BAD_INPUT)
 
 
 def precision_notice(precision: str) -> str:
@@ -113,8 +105,10 @@ def _docker_backend(args: argparse.Namespace, config: TrainConfig) -> DockerWork
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m train", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = StageArgumentParser(prog="python -m train", description=__doc__)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=StageArgumentParser
+    )
     launch = commands.add_parser("launch", help="run a cluster of workers and restart it")
     settings.add_flags(launch, TrainConfig)
     _add_launch_flags(launch)
