@@ -23,7 +23,7 @@ import sys
 
 import luigi
 
-from contract import atomic, gfile, layout, run_lock, storage
+from contract import atomic, gfile, import_path, layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import supersede
 from pipeline.data_gate_task import DataGate
@@ -71,6 +71,31 @@ class TrainSettingsMismatch(RuntimeError):
 
 
 logger = logging.getLogger("luigi-interface")
+
+
+class RefusalTraceback(logging.Filter):
+    """Drops luigi's warning and traceback for a refusal raised in a task's complete(): the
+    refusal has printed its one `error: ...` line already, and luigi's summary and exit code
+    (35, scheduling_error) say the rest."""
+
+    REFUSALS = (
+        ShardSetMismatch,
+        TrainSettingsMismatch,
+        run_lock.RunLockedError,
+        storage.UnsupportedStorageError,
+        import_path.ImportPathError,
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "error in complete() method" not in message:
+            return True
+        last = message.rstrip().rsplit("\n", 1)[-1]
+        names = tuple(f"{cls.__module__}.{cls.__qualname__}:" for cls in self.REFUSALS)
+        return not last.startswith(names)
+
+
+logger.addFilter(RefusalTraceback())
 
 
 class FullRun(RunTask, luigi.WrapperTask):
@@ -129,7 +154,12 @@ def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
     if force_stage is None and Evaluate(**preprocess.shared_params()).complete():
         return  # nothing to do: no lock, no log file, nothing touched
     run_dir = layout.run_dir(output_root, date)
-    if run_lock.hold_for_process(run_dir):
+    try:
+        held = run_lock.hold_for_process(run_dir)
+    except run_lock.RunLockedError as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        raise
+    if held:
         _log_to_run_folder(output_root, date)
         logger.info("holding the lock of %s for this run", run_dir)
     if force_stage is not None:
@@ -173,11 +203,13 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
         if name in recorded and not _same(recorded[name], getattr(preprocess, name))
     ]
     if differing:
-        raise ShardSetMismatch(
+        message = (
             f"the shard set {os.path.dirname(path)} was made with other Preprocess "
             f"parameters: {', '.join(differing)}. Run with the parameters it was made with, "
             "or rebuild it with --force-stage preprocess (the old one moves to superseded/)"
         )
+        print(error_line(message), file=sys.stderr, flush=True)
+        raise ShardSetMismatch(message)
 
 
 def check_train_settings(train: Train) -> None:

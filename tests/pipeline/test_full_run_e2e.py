@@ -305,7 +305,11 @@ def test_overlapping_run_is_refused_and_luigid_run_succeeds(runner, first_run, l
 
     assert second.returncode == RETCODE_SCHEDULING_ERROR, summary(second)
     refusal = second.stdout + second.stderr
-    assert f"is already in progress (locked by pid {holder['pid']}" in refusal
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
+    assert (
+        len(errors) == 1 and f"is already in progress (locked by pid {holder['pid']}" in errors[0]
+    )
+    assert "Traceback" not in refusal
     assert holder["pid"] == first.pid
 
     assert first.returncode == 0, output[-3000:]

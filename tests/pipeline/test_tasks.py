@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import subprocess
 import sys
+import traceback
 
 import luigi
 import pytest
@@ -119,8 +121,33 @@ def test_mismatch_refusal_through_the_command_line(tmp_path):
         timeout=300,
     )
     assert result.returncode == RETCODE_SCHEDULING_ERROR
-    assert "validation_fraction 0.25 (now 0.1)" in result.stdout + result.stderr
+    # One line of the pipeline's, then luigi's summary: no traceback of the refusal.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "validation_fraction 0.25 (now 0.1)" in errors[0], errors
+    assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "2026-01-31" / "train").exists()
+
+
+def _complete_error(exception: Exception) -> logging.LogRecord:
+    """The warning luigi's worker logs when a task's complete() raised `exception`."""
+    try:
+        raise exception
+    except Exception:
+        trace = traceback.format_exc()
+    message = (
+        f"Will not run Train(...) or any dependencies due to error in complete() method:\n{trace}"
+    )
+    return logging.LogRecord("luigi-interface", logging.WARNING, __file__, 1, message, None, None)
+
+
+def test_only_a_refusals_complete_error_is_kept_from_the_log():
+    refusal = full_run.RefusalTraceback()
+    assert not refusal.filter(_complete_error(full_run.TrainSettingsMismatch("other epochs")))
+    assert not refusal.filter(_complete_error(run_lock.RunLockedError("locked by pid 1")))
+    # A bug in complete() keeps its traceback, and luigi's other warnings pass.
+    assert refusal.filter(_complete_error(KeyError("manifest")))
+    other = logging.LogRecord("luigi-interface", logging.WARNING, __file__, 1, "x", None, None)
+    assert refusal.filter(other)
 
 
 @pytest.mark.parametrize(
