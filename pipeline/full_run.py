@@ -86,13 +86,21 @@ class RefusalTraceback(logging.Filter):
         import_path.ImportPathError,
     )
 
+    # How a traceback's last line begins for each of them.
+    NAMES = tuple(f"{cls.__module__}.{cls.__qualname__}:" for cls in REFUSALS)
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if "error in complete() method" not in message:
             return True
-        last = message.rstrip().rsplit("\n", 1)[-1]
-        names = tuple(f"{cls.__module__}.{cls.__qualname__}:" for cls in self.REFUSALS)
-        return not last.startswith(names)
+        return not message.rstrip().rsplit("\n", 1)[-1].startswith(self.NAMES)
+
+
+def _printed(refusal: Exception) -> Exception:
+    """`refusal`, its message printed first as the stages' one error line (luigi's own
+    report of it is dropped by RefusalTraceback)."""
+    print(error_line(str(refusal)), file=sys.stderr, flush=True)
+    return refusal
 
 
 logger.addFilter(RefusalTraceback())
@@ -157,8 +165,7 @@ def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
     try:
         held = run_lock.hold_for_process(run_dir)
     except run_lock.RunLockedError as e:
-        print(error_line(str(e)), file=sys.stderr, flush=True)
-        raise
+        raise _printed(e) from None
     if held:
         _log_to_run_folder(output_root, date)
         logger.info("holding the lock of %s for this run", run_dir)
@@ -208,8 +215,7 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
             f"parameters: {', '.join(differing)}. Run with the parameters it was made with, "
             "or rebuild it with --force-stage preprocess (the old one moves to superseded/)"
         )
-        print(error_line(message), file=sys.stderr, flush=True)
-        raise ShardSetMismatch(message)
+        raise _printed(ShardSetMismatch(message))
 
 
 def check_train_settings(train: Train) -> None:
@@ -246,8 +252,7 @@ def check_train_settings(train: Train) -> None:
             f"(recorded in {path}). Run with the settings it was trained with, or retrain "
             "with --force-stage train (the old run moves to superseded/)"
         )
-        print(error_line(message), file=sys.stderr, flush=True)
-        raise TrainSettingsMismatch(message)
+        raise _printed(TrainSettingsMismatch(message))
 
 
 def _same(recorded: object, wanted: object) -> bool:

@@ -44,7 +44,8 @@ def comparable(data_dir: str) -> dict:
     return doc
 
 
-def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster):
+def _direct_run_and_dask_flags(make_config):
+    """A DirectRunner shard set, built, and the config and stage flags of the same on Dask."""
     direct = make_config(output_root=make_config().output_root + "-direct", max_records_per_file=40)
     on_dask = make_config(max_records_per_file=40)
     run_preprocess(direct)
@@ -53,6 +54,11 @@ def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config,
         for name, value in dataclasses.asdict(on_dask).items()
         if value is not None and not isinstance(value, bool)
     ]
+    return direct, on_dask, flags
+
+
+def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster):
+    direct, on_dask, flags = _direct_run_and_dask_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner",
             f"--dask_client_address={cluster['address']}"]  # fmt: skip
     result = subprocess.run(
@@ -113,14 +119,7 @@ def test_cluster_command_starts_reports_and_stops_its_own_processes(tmp_path):
 def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(make_config):
     # The run starts a loopback LocalCluster in its own process and ships the code to its
     # workers only; the shard set is still the DirectRunner's, byte for byte.
-    direct = make_config(output_root=make_config().output_root + "-direct", max_records_per_file=40)
-    on_dask = make_config(max_records_per_file=40)
-    run_preprocess(direct)
-    flags = [
-        f"--{name}={value}"
-        for name, value in dataclasses.asdict(on_dask).items()
-        if value is not None and not isinstance(value, bool)
-    ]
+    direct, on_dask, flags = _direct_run_and_dask_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner"]
     result = subprocess.run(
         args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600

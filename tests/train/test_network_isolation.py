@@ -9,12 +9,12 @@ import logging
 import os
 import socket
 import subprocess
-import time
 
 import pytest
 
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
+from tests.waiting import wait_until
 from train.callbacks import HOLD_ENV
 from train.config import TrainConfig
 from train.launcher import free_ports, private_network_for
@@ -92,18 +92,24 @@ def test_training_ports_are_unreachable_from_the_host(tmp_path):
         stderr=subprocess.PIPE,
     )
     seen: dict[int, list[str]] = {}
+
+    def both_listen() -> bool:
+        for pid in _worker_pids(train_dir):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                index = 0 if b'"index": 0' in f.read() else 1
+            tables = [f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"]
+            with contextlib.suppress(OSError):  # the worker may have just exited
+                if addresses := _listening(tables, ports[index]):
+                    seen[index] = addresses
+        return len(seen) == 2
+
     try:
-        deadline = time.monotonic() + 240
-        while len(seen) < 2 and launch.poll() is None and time.monotonic() < deadline:
-            for pid in _worker_pids(train_dir):
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    index = 0 if b'"index": 0' in f.read() else 1
-                tables = [f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"]
-                with contextlib.suppress(OSError):  # the worker may have just exited
-                    if addresses := _listening(tables, ports[index]):
-                        seen[index] = addresses
-            time.sleep(0.2)
-        assert len(seen) == 2, f"the workers never listened: {launch.stderr}"
+        wait_until(
+            both_listen,
+            timeout=240,
+            alive=lambda: launch.poll() is None,
+            failure=lambda: f"the workers never listened: {launch.poll()} {seen}",
+        )
         # The workers do listen on their ports (on every address of their own network) ...
         host_tables = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
         for port in ports:
