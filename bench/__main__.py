@@ -112,7 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         "--warm-rates",
         type=lambda text: tuple(float(part) for part in text.split(",")),
         default=None,
-        help="warm_start: the warm night's learning rates to time, one row each",
+        help="warm_start: the warm night's learning rates to time, one row each (with "
+        "--warm-finetunes, or no fine-tune)",
+    )
+    parser.add_argument(
+        "--warm-finetunes",
+        type=_int_list,
+        default=None,
+        help="warm_start: the warm night's fine-tune epochs to time with each of --warm-rates, "
+        "one row each (default: the recipe's settings)",
     )
     parser.add_argument(
         "--cpu",

@@ -59,6 +59,8 @@ SHAPING_SETTINGS = (
     "precision",
     "warm_start",
     "warm_start_learning_rate",
+    "warm_start_finetune_epochs",
+    "warm_start_finetune_learning_rate",
     "warm_start_from",
     "warm_start_sha256",
     "warm_start_date",

@@ -196,6 +196,23 @@ class TrainConfig:
         default=0.0,
         metadata={"help": "The (peak) learning rate of a run that starts warm; 0: learning_rate."},
     )
+    warm_start_finetune_epochs: int = dataclasses.field(
+        default=0,
+        metadata={
+            "help": "cosine schedule: a run that starts warm first fine-tunes the starting "
+            "model for this many epochs, its rate falling from "
+            "warm_start_finetune_learning_rate to 0, which takes it past the starting model's "
+            "accuracy early; the schedule (warm-up, cosine) then runs over the remaining "
+            "epochs. 0: no fine-tune."
+        },
+    )
+    warm_start_finetune_learning_rate: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "The fine-tune's starting rate (warm_start_finetune_epochs); 0: a tenth "
+            "of the warm run's peak rate."
+        },
+    )
     # Settled by the launcher from warm_start before any worker starts (train.warm_start).
     warm_start_from: str = dataclasses.field(
         default="", metadata={"help": "Set by the launcher: the model file a warm start loads."}
@@ -252,6 +269,27 @@ class TrainConfig:
         if not 0 <= self.warmup_epochs < self.epochs:
             raise ConfigError(
                 f"warmup_epochs must be in [0, epochs={self.epochs}), got {self.warmup_epochs}"
+            )
+        if not self.warm_start_finetune_learning_rate >= 0:
+            raise ConfigError(
+                "warm_start_finetune_learning_rate must be 0 (a tenth of the peak rate) or "
+                f"positive, got {self.warm_start_finetune_learning_rate}"
+            )
+        finetune = self.warm_start_finetune_epochs
+        if finetune < 0:
+            raise ConfigError(f"warm_start_finetune_epochs must be 0 (off) or more, got {finetune}")
+        # A run with warm start off never fine-tunes: luigi.cfg's value must not stop it.
+        finetune = 0 if self.warm_start == "off" else finetune
+        if finetune and self.lr_schedule != "cosine":
+            raise ConfigError(
+                "warm_start_finetune_epochs needs lr_schedule = cosine (a plateau run's rate "
+                "is lowered by the plateau alone): set it to 0"
+            )
+        if finetune and not self.warmup_epochs < self.epochs - finetune:
+            raise ConfigError(
+                f"warm_start_finetune_epochs ({finetune}) and warmup_epochs "
+                f"({self.warmup_epochs}) must leave an epoch of the schedule: fewer than "
+                f"epochs={self.epochs} together"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")

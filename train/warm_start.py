@@ -190,6 +190,18 @@ def learning_rate(config: TrainConfig) -> float:
     return config.learning_rate
 
 
+def finetune_epochs(config: TrainConfig) -> int:
+    """The epochs the run fine-tunes its starting model before its schedule: 0 unless it
+    starts warm."""
+    return config.warm_start_finetune_epochs if config.warm_start_from else 0
+
+
+def finetune_learning_rate(config: TrainConfig) -> float:
+    """The fine-tune's starting rate: `warm_start_finetune_learning_rate`, or a tenth of the
+    run's peak."""
+    return config.warm_start_finetune_learning_rate or learning_rate(config) / 10
+
+
 def record(config: TrainConfig) -> dict[str, Any]:
     """What history.json says about the run's starting model."""
     return {
@@ -205,6 +217,10 @@ def record(config: TrainConfig) -> dict[str, Any]:
         ),
         "cold_start_reason": config.cold_start_reason,
         "learning_rate": learning_rate(config),
+        "finetune_epochs": finetune_epochs(config),
+        "finetune_learning_rate": finetune_learning_rate(config)
+        if finetune_epochs(config)
+        else 0.0,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from typing import Any
 
@@ -74,18 +75,57 @@ def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, An
 
 
 def learning_rate(config: TrainConfig, steps_per_epoch: int) -> Any:
-    """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule, a
-    function of the optimizer's step (restored with the backup, so a resume stays exact)."""
+    """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule (after
+    a warm run's fine-tune), a function of the optimizer's step (restored with the backup, so a
+    resume stays exact)."""
     peak = warm_start.learning_rate(config)
     if config.lr_schedule != "cosine":
         return peak
+    finetune = warm_start.finetune_epochs(config) * steps_per_epoch
     warmup = config.warmup_epochs * steps_per_epoch
-    return keras.optimizers.schedules.CosineDecay(
+    schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0 if warmup else peak,
-        decay_steps=max(1, config.epochs * steps_per_epoch - warmup),
+        decay_steps=max(1, config.epochs * steps_per_epoch - finetune - warmup),
         warmup_target=peak if warmup else None,
         warmup_steps=warmup,
     )
+    if not finetune:
+        return schedule
+    return FineTuneFirst(finetune, warm_start.finetune_learning_rate(config), schedule)
+
+
+@keras.utils.register_keras_serializable(package="train")
+class FineTuneFirst(keras.optimizers.schedules.LearningRateSchedule):
+    """`steps` of fine-tuning, the rate falling from `rate` to 0 along a half cosine, then
+    `then` from its own step 0: a warm restart (SGDR) that first settles the starting model
+    on the new data at a low rate."""
+
+    def __init__(
+        self, steps: int, rate: float, then: keras.optimizers.schedules.LearningRateSchedule
+    ) -> None:
+        super().__init__()
+        self.steps = steps
+        self.rate = rate
+        self.then = then
+
+    def __call__(self, step: Any) -> tf.Tensor:
+        step = tf.cast(step, tf.float32)
+        done = tf.minimum(step, float(self.steps)) / float(self.steps)
+        finetune = self.rate * 0.5 * (1.0 + tf.cos(math.pi * done))
+        after = self.then(tf.maximum(step - float(self.steps), 0.0))
+        return tf.where(step < float(self.steps), finetune, tf.cast(after, tf.float32))
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "rate": self.rate,
+            "then": keras.optimizers.schedules.serialize(self.then),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> FineTuneFirst:
+        then = keras.optimizers.schedules.deserialize(config["then"])
+        return cls(config["steps"], config["rate"], then)
 
 
 class SmoothedSparseCrossentropy(keras.losses.Loss):

@@ -3,6 +3,8 @@ test-time flips."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -93,6 +95,31 @@ def test_cosine_schedule_warms_up_then_decays_to_zero():
     assert worker.learning_rate(TrainConfig(data_dir="d", train_dir="t"), 100) == 3e-3
 
 
+def test_a_warm_run_fine_tunes_then_restarts_its_schedule_and_a_cold_run_does_not():
+    shared = {
+        "data_dir": "d", "train_dir": "t", "epochs": 10, "learning_rate": 0.004,
+        "lr_schedule": "cosine", "warmup_epochs": 1, "warm_start": "last-blessed",
+        "warm_start_finetune_epochs": 2,
+    }  # fmt: skip
+    warm = TrainConfig(**shared, warm_start_from="m.keras", warm_start_sha256="ab")
+    schedule = worker.learning_rate(warm, steps_per_epoch=100)
+    rate = {step: float(schedule(step)) for step in (0, 100, 199, 200, 250, 300, 650, 1000)}
+    assert rate[0] == pytest.approx(0.0004)  # a tenth of the peak, falling
+    assert rate[100] == pytest.approx(0.0002)  # half-way down: cos(pi / 2)
+    assert 0 < rate[199] < 1e-6
+    assert rate[200] == 0.0  # the restart's warm-up from 0 ...
+    assert rate[250] == pytest.approx(0.002)
+    assert rate[300] == pytest.approx(0.004)  # ... to the peak, then cosine over 700 steps
+    assert rate[650] == pytest.approx(0.002, rel=1e-5)
+    assert rate[1000] == pytest.approx(0.0, abs=1e-9)
+    own_rate = dataclasses.replace(warm, warm_start_finetune_learning_rate=0.001)
+    assert float(worker.learning_rate(own_rate, 100)(0)) == pytest.approx(0.001)
+    cold = TrainConfig(**shared, cold_start_reason="no blessed model yet")
+    assert float(worker.learning_rate(cold, 100)(100)) == pytest.approx(0.004)
+    again = worker.FineTuneFirst.from_config(schedule.get_config())
+    assert [float(again(s)) for s in rate] == pytest.approx(list(rate.values()))
+
+
 def test_label_smoothing_moves_the_target_towards_uniform():
     probabilities = tf.constant([[0.7, 0.2, 0.1]])
     labels = tf.constant([0])
@@ -112,12 +139,27 @@ def test_label_smoothing_moves_the_target_towards_uniform():
         ({"augment": "mixup"}, "augment must be one of off, flip-shift"),
         ({"lr_schedule": "step"}, "lr_schedule must be one of plateau, cosine"),
         ({"warmup_epochs": 15}, "warmup_epochs must be in [0, epochs=15)"),
+        ({"warm_start_finetune_epochs": -1}, "warm_start_finetune_epochs must be 0 (off) or"),
+        (
+            {"warm_start_finetune_epochs": 1, "warm_start": "last-blessed"},
+            "warm_start_finetune_epochs needs lr_schedule = cosine",
+        ),
+        (
+            {
+                "warm_start_finetune_epochs": 14, "warmup_epochs": 1, "lr_schedule": "cosine",
+                "warm_start": "last-blessed",
+            },
+            "warm_start_finetune_epochs (14) and warmup_epochs (1) must leave an epoch",
+        ),
+        ({"warm_start_finetune_learning_rate": -1.0}, "warm_start_finetune_learning_rate must"),
         ({"label_smoothing": 1.0}, "label_smoothing must be in [0, 1)"),
         ({"test_time_augment": "crop"}, "test_time_augment must be one of off, flip"),
         ({"precision": "float16"}, "precision must be one of float32, mixed_bfloat16, auto"),
     ],
 )
 def test_bad_settings_are_named(overrides, message):
+    # luigi.cfg's fine-tune does not stop a run with warm start off, whatever its schedule.
+    TrainConfig(data_dir="d", train_dir="t", epochs=1, warm_start_finetune_epochs=1).check()
     with pytest.raises(
         ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
     ):

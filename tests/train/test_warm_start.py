@@ -99,6 +99,8 @@ def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, t
         },
         "cold_start_reason": "",
         "learning_rate": STILL,
+        "finetune_epochs": 0,
+        "finetune_learning_rate": 0.0,
     }
     with open(os.path.join(train_dir, layout.TRAIN_CONFIG_FILE)) as f:
         written = json.load(f)
@@ -230,14 +232,20 @@ def test_an_unsettled_warm_start_is_refused_by_a_worker(data_dir, tmp_path):
 def test_warm_started_run_killed_mid_epoch_resumes_bit_identically(data_dir, tmp_path, blessed):
     root, reference_dir = night(tmp_path, blessed)
     resumed_dir = layout.train_dir(root, "2026-01-03")
-    run = {"epochs": 2, "warm_start": "last-blessed", "warm_start_learning_rate": 0.005}
+    # A fine-tune epoch, then the cosine restarted: the kill falls after the restart.
+    run = {
+        "epochs": 2, "warm_start": "last-blessed", "warm_start_learning_rate": 0.005,
+        "lr_schedule": "cosine", "warm_start_finetune_epochs": 1,
+    }  # fmt: skip
     finished(train(data_dir, reference_dir, **run))
     fault = f"1:{STEPS_PER_EPOCH + 7}"  # inside the second epoch, past a backup
     proc = train(data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **run)
     finished(proc)
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
     assert outcome(resumed_dir) == outcome(reference_dir)
-    assert history(resumed_dir)["warm_start"]["started_from"]["run_date"] == BLESSED_DATE
+    record = history(resumed_dir)["warm_start"]
+    assert record["started_from"]["run_date"] == BLESSED_DATE
+    assert record["finetune_epochs"] == 1 and record["finetune_learning_rate"] == 0.0005
 
 
 def test_a_model_by_import_path_warm_starts_from_its_blessed_self(data_dir, tmp_path):
