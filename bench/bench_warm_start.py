@@ -61,9 +61,8 @@ RECIPES: dict[str, dict[str, Any]] = {
             "label_smoothing": 0.1,
             "precision": "auto",
         },
-        # luigi.cfg's (the full rate after a fine-tune epoch), and without the fine-tune at the
-        # full rate and at a tenth of it.
-        "warm": ((0.006, 1), (0.006, 0), (0.0006, 0)),
+        # luigi.cfg's (the full rate after a fine-tune epoch), and the full rate without it.
+        "warm": ((0.006, 1), (0.006, 0)),
         "epochs": 35,
     },
 }

@@ -131,8 +131,7 @@ def luigi_command(settings: DemoSettings, date: str) -> list[str]:
     )
     command += [f"{flag}={value}" for flag, value in optional if value is not None]
     if settings.epochs == 1:
-        # Warm-up and fine-tune must both end before the last epoch.
-        command += ["--Train-warmup-epochs=0", "--Train-warm-start-finetune-epochs=0"]
+        command.append("--Train-warmup-epochs=0")  # warm-up must end before the last epoch
     return [*command, *settings.luigi_args]
 
 

@@ -202,8 +202,8 @@ class TrainConfig:
             "help": "cosine schedule: a run that starts warm first fine-tunes the starting "
             "model for this many epochs, its rate falling from "
             "warm_start_finetune_learning_rate to 0, which takes it past the starting model's "
-            "accuracy early; the schedule (warm-up, cosine) then runs over the remaining "
-            "epochs. 0: no fine-tune."
+            "accuracy early; the schedule (warm-up, cosine) then runs its epochs. 0: no "
+            "fine-tune."
         },
     )
     warm_start_finetune_learning_rate: float = dataclasses.field(
@@ -284,12 +284,6 @@ class TrainConfig:
             raise ConfigError(
                 "warm_start_finetune_epochs needs lr_schedule = cosine (a plateau run's rate "
                 "is lowered by the plateau alone): set it to 0"
-            )
-        if finetune and not self.warmup_epochs < self.epochs - finetune:
-            raise ConfigError(
-                f"warm_start_finetune_epochs ({finetune}) and warmup_epochs "
-                f"({self.warmup_epochs}) must leave an epoch of the schedule: fewer than "
-                f"epochs={self.epochs} together"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")

@@ -196,6 +196,11 @@ def finetune_epochs(config: TrainConfig) -> int:
     return config.warm_start_finetune_epochs if config.warm_start_from else 0
 
 
+def total_epochs(config: TrainConfig) -> int:
+    """The epochs the run trains: its fine-tune's, then the schedule's `epochs`."""
+    return finetune_epochs(config) + config.epochs
+
+
 def finetune_learning_rate(config: TrainConfig) -> float:
     """The fine-tune's starting rate: `warm_start_finetune_learning_rate`, or a tenth of the
     run's peak."""

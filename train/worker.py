@@ -75,9 +75,9 @@ def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, An
 
 
 def learning_rate(config: TrainConfig, steps_per_epoch: int) -> Any:
-    """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule (after
-    a warm run's fine-tune), a function of the optimizer's step (restored with the backup, so a
-    resume stays exact)."""
+    """Adam's learning rate: a number ReduceLROnPlateau may lower, or the cosine schedule over
+    `epochs` (after a warm run's fine-tune epochs), a function of the optimizer's step (restored
+    with the backup, so a resume stays exact)."""
     peak = warm_start.learning_rate(config)
     if config.lr_schedule != "cosine":
         return peak
@@ -85,7 +85,7 @@ def learning_rate(config: TrainConfig, steps_per_epoch: int) -> Any:
     warmup = config.warmup_epochs * steps_per_epoch
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0 if warmup else peak,
-        decay_steps=max(1, config.epochs * steps_per_epoch - finetune - warmup),
+        decay_steps=max(1, config.epochs * steps_per_epoch - warmup),
         warmup_target=peak if warmup else None,
         warmup_steps=warmup,
     )
@@ -216,7 +216,11 @@ def callback_stack(
     stack.append(parts.recorder.epoch_end_hook())
     stack.append(
         resumable.BackupSchedule(
-            parts.run_backup, state, steps_per_epoch, config.epochs, config.save_freq_steps
+            parts.run_backup,
+            state,
+            steps_per_epoch,
+            warm_start.total_epochs(config),
+            config.save_freq_steps,
         )
     )
     stack.append(preemption.SaveOnPreemption(parts.run_backup, state, info, steps_per_epoch))
@@ -336,7 +340,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         tf.summary.create_file_writer(tensorboard_dir) if chief else tf.summary.create_noop_writer()
     )
     trainer.summary_writer = writer
-    recorder = callbacks.RunRecorder(state, chief, config.epochs, global_batch)
+    recorder = callbacks.RunRecorder(state, chief, warm_start.total_epochs(config), global_batch)
     if state.finished:
         log.info("the backup holds a finished run: writing its final files without training")
     else:
@@ -375,7 +379,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         data.untune_device_datasets()
         trainer.fit(
             keras.utils.experimental.DatasetCreator(dataset_fn),
-            epochs=config.epochs,
+            epochs=warm_start.total_epochs(config),
             initial_epoch=start_epoch,
             steps_per_epoch=steps,
             callbacks=callback_stack(config, info, parts, steps),
