@@ -137,11 +137,18 @@ def night(settings: dict[str, Any], target: float | None) -> Night:
         process.wait()
 
 
-def bless(root: str, date: str, accuracy: float) -> str:
-    """Points `<root>/latest.json` at that night's model, as evaluate does; returns its path."""
+def model_path_of(root: str, date: str) -> str:
+    """That night's model.keras."""
+    from contract import layout
+
+    return layout.join(layout.train_dir(root, date), layout.MODEL_FILE)
+
+
+def bless(root: str, date: str, accuracy: float) -> None:
+    """Points `<root>/latest.json` at that night's model, as evaluate does."""
     from contract import atomic, layout, pointer
 
-    model_path = layout.join(layout.train_dir(root, date), layout.MODEL_FILE)
+    model_path = model_path_of(root, date)
     pointer.write(
         root,
         {
@@ -155,7 +162,6 @@ def bless(root: str, date: str, accuracy: float) -> str:
             "updated_utc": "",
         },
     )
-    return model_path
 
 
 def test_accuracy(model_path: str, data_dir: str) -> float:
@@ -232,7 +238,7 @@ def run(
 
         night1_dir = layout.train_dir(root, "2026-01-01")
         night(settings(night1_data, night1_dir, epochs=min(epochs, NIGHT1_EPOCHS)), None)
-        model_path = os.path.join(night1_dir, layout.MODEL_FILE)
+        model_path = model_path_of(root, "2026-01-01")
         target = test_accuracy(model_path, night1_data)
         bless(root, "2026-01-01", target)
         print(f"bench_warm_start: night 1's test accuracy {target:.4f}", file=sys.stderr)

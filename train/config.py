@@ -279,8 +279,7 @@ class TrainConfig:
         if finetune < 0:
             raise ConfigError(f"warm_start_finetune_epochs must be 0 (off) or more, got {finetune}")
         # A run with warm start off never fine-tunes: luigi.cfg's value must not stop it.
-        finetune = 0 if self.warm_start == "off" else finetune
-        if finetune and self.lr_schedule != "cosine":
+        if finetune and self.warm_start != "off" and self.lr_schedule != "cosine":
             raise ConfigError(
                 "warm_start_finetune_epochs needs lr_schedule = cosine (a plateau run's rate "
                 "is lowered by the plateau alone): set it to 0"
