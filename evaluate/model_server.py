@@ -121,7 +121,7 @@ def check(base_path: str, request: PushRequest, images: np.ndarray) -> dict[str,
     count = min(QUERY_EXAMPLES, len(request.serialized_examples))
     _, dtype = serving.model_input(request.model, request.image_shape)
     model_input = images[:count].astype(dtype.as_numpy_dtype)
-    expected = np.asarray(request.model(model_input, training=False), np.float32)
+    expected = serving.keras_predictions(request.model, model_input)
     rest_port = _free_port()
     name, version = request.model_name, request.version
     base_url = f"http://127.0.0.1:{rest_port}/v1/models/{name}"

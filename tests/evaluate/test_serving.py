@@ -288,3 +288,28 @@ def test_a_subclassed_model_exports_with_the_contracts_float_input(make_config, 
     np.testing.assert_allclose(
         got["probabilities"].numpy(), model(images[:64]).numpy(), atol=1e-5, rtol=0
     )
+
+
+def test_a_mixed_bfloat16_model_is_pushed_and_serves_what_keras_predicts(make_config, tmp_path):
+    # On a CPU with AMX, the bfloat16 kernels of a compiled function (fused with batch
+    # normalisation's trained statistics) round otherwise than an eager call's, by up to 0.02
+    # here: the export is held to Keras's `predict`, which is a compiled function too.
+    from train import models
+
+    serialized, images, labels = _eval_records(make_config())
+    try:
+        model = models.build("mlp", [28, 28, 1], 10, "mixed_bfloat16")
+        model.compile(tf_keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+        model.fit(images, labels, batch_size=32, epochs=2, verbose=0)
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+    push = serving.push(_request(model, tmp_path, serialized[:64], [28, 28, 1]))
+    assert push["verification"]["max_abs_difference"]["serving_default"] <= 1e-5
+    loaded = tf.saved_model.load(push["path"])
+    got = loaded.signatures["serving_default"](images=tf.constant(images[:64]))
+    np.testing.assert_allclose(
+        got["probabilities"].numpy(),
+        model.predict(images[:64], batch_size=64, verbose=0),
+        atol=1e-5,
+        rtol=0,
+    )
