@@ -12,7 +12,7 @@ from tests.recipe import nightly
 from tests.train.conftest import history, train_env, write_small_shard_set
 from tests.train.test_exact_resume import EXACT_RUN, STEPS_PER_EPOCH, finished, outcome, train
 
-# The nightly recipe's kind (luigi.cfg [Train]) in 3 epochs: on-the-fly augmentation, a
+# The nightly recipe's kind (luigi.cfg [Train]) in 2 epochs: on-the-fly augmentation, a
 # warmed-up cosine schedule and label smoothing, all of whose state a resume must put back;
 # with cnn2 in float32 and with the nightly cnn3 computing in bfloat16.
 RECIPE = {
@@ -24,7 +24,7 @@ RECIPE = {
         "label_smoothing",
         "early_stopping_patience",
     ),
-    "epochs": 3,
+    "epochs": 2,
 }
 
 
@@ -51,7 +51,7 @@ def test_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path, model,
     assert outcome(resumed_dir) == outcome(reference_dir)
     rates = history(reference_dir)["history"]["learning_rate"]
     # Each epoch records its last step's rate: epoch 1's is one warm-up step short of the
-    # peak, then the cosine decays it.
+    # peak, then the cosine decays it to nothing at the last step.
     peak = EXACT_RUN["learning_rate"]
     assert rates[0] == pytest.approx(peak * (STEPS_PER_EPOCH - 1) / STEPS_PER_EPOCH)
-    assert rates[0] > rates[1] > rates[2]
+    assert 0 <= rates[1] < rates[0] / 10
