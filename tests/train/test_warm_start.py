@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -56,12 +57,22 @@ def bless(root: str, model_path: str, date: str = BLESSED_DATE, sha256: str | No
 
 
 @pytest.fixture(scope="module")
-def blessed(data_dir, tmp_path_factory) -> str:
-    """A real night's trained model (seed 5, 2 epochs), blessed; returns its model.keras."""
+def first_night(data_dir, tmp_path_factory) -> tuple[subprocess.CompletedProcess, str, str]:
+    """A real first night (seed 5, 2 epochs) asked to warm start with nothing blessed yet, so
+    it starts cold: (the launch, its output root, its train dir)."""
     root = str(tmp_path_factory.mktemp("blessed") / "runs")
     train_dir = layout.train_dir(root, BLESSED_DATE)
-    finished(train(data_dir, train_dir, epochs=2, seed=5, early_stopping_patience=0))
-    return os.path.join(train_dir, layout.MODEL_FILE)
+    proc = train(
+        data_dir, train_dir, epochs=2, seed=5, early_stopping_patience=0, warm_start="last-blessed"
+    )
+    finished(proc)
+    return proc, root, train_dir
+
+
+@pytest.fixture(scope="module")
+def blessed(first_night) -> str:
+    """The first night's model.keras (each test blesses its own copy, see `night`)."""
+    return os.path.join(first_night[2], layout.MODEL_FILE)
 
 
 def night(tmp_path, blessed: str) -> tuple[str, str]:
@@ -82,7 +93,8 @@ def trainable(model_path: str) -> list[np.ndarray]:
 def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, tmp_path, blessed):
     root, train_dir = night(tmp_path, blessed)
     model_path = layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE)
-    run = {"epochs": 1, "seed": 11, "learning_rate": STILL}
+    # warm_start_learning_rate sets the warm run's rate; the same run cold keeps its own.
+    run = {"epochs": 1, "seed": 11, "learning_rate": 0.02, "warm_start_learning_rate": STILL}
     proc = train(data_dir, train_dir, warm_start="last-blessed", **run)
     finished(proc)
     notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
@@ -90,6 +102,7 @@ def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, t
     for got, want in zip(trainable(f"{train_dir}/model.keras"), trainable(model_path), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
     sha256 = atomic.sha256_file(model_path)
+    assert history(train_dir)["history"]["learning_rate"] == [pytest.approx(STILL)]
     assert history(train_dir)["warm_start"] == {
         "mode": "last-blessed",
         "started_from": {
@@ -112,24 +125,14 @@ def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, t
     cold, blessed_weights = trainable(f"{cold_dir}/model.keras"), trainable(model_path)
     assert not all(np.allclose(c, b, atol=1e-3) for c, b in zip(cold, blessed_weights, strict=True))
     assert history(cold_dir)["warm_start"]["started_from"] is None
+    assert history(cold_dir)["history"]["learning_rate"] == [pytest.approx(0.02)]
     assert history(cold_dir)["history"]["loss"][0] != history(train_dir)["history"]["loss"][0]
 
 
 @pytest.mark.slow
-def test_warm_start_learning_rate_sets_the_warm_runs_rate(data_dir, tmp_path, blessed):
-    root, train_dir = night(tmp_path, blessed)
-    run = {"epochs": 1, "seed": 11, "learning_rate": 0.02, "warm_start_learning_rate": STILL}
-    finished(train(data_dir, train_dir, warm_start="last-blessed", **run))
-    assert history(train_dir)["history"]["learning_rate"] == [pytest.approx(STILL)]
-    assert history(train_dir)["warm_start"]["learning_rate"] == STILL
-
-
-@pytest.mark.slow
-def test_cold_start_is_logged_and_recorded_in_the_run(data_dir, tmp_path):
-    train_dir = layout.train_dir(str(tmp_path / "runs"), TONIGHT)
-    proc = train(data_dir, train_dir, epochs=1, warm_start="last-blessed")
-    finished(proc)
-    reason = f"no blessed model yet ({tmp_path / 'runs' / 'latest.json'} is missing)"
+def test_cold_start_is_logged_and_recorded_in_the_run(first_night):
+    proc, root, train_dir = first_night
+    reason = f"no blessed model yet ({os.path.join(root, 'latest.json')} is missing)"
     assert f"cold start: {reason}" in [parse_notice(line) for line in proc.stdout.splitlines()]
     doc = history(train_dir)["warm_start"]
     assert doc["started_from"] is None and doc["cold_start_reason"] == reason
