@@ -1,19 +1,133 @@
-"""`tf.io.gfile` (and `tf.errors`), with TensorFlow imported on first use, not on import.
+"""Files on the local disk through Python's own functions, on a store (gs://) through
+`tf.io.gfile`, with TensorFlow imported only when a store's path comes by.
 
-Luigi's process imports the pipeline's modules to parse a command line, refuse a bad
-parameter or print `--help`, and none of that needs TensorFlow, whose import takes seconds.
-The modules it imports reach files through `gfile.exists(...)` and the like from here; the
-stages import TensorFlow as usual.
+The processes that only orchestrate, Luigi's and the training launcher, reach files through
+here: for a local output root they never load TensorFlow, whose import costs seconds of CPU in
+every one of them. A path with a scheme (`gs://...`) goes to `tf.io.gfile`, as do a copy or a
+rename with a store on either side.
+
+Errors: a local path raises Python's (`FileNotFoundError`, `FileExistsError`, other
+`OSError`s), a store's path TensorFlow's (`tf.errors.OpError` and its kinds); catch
+`not_found_errors()` for a missing file on either, or `errors.OpError` with `OSError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+
+def _tf_gfile() -> Any:
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _remote(*paths: str) -> bool:
+    return any("://" in str(path) for path in paths)
 
 
 def __getattr__(name: str) -> Any:
-    import tensorflow as tf
-
     if name == "errors":
+        import tensorflow as tf
+
         return tf.errors
-    return getattr(tf.io.gfile, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def not_found_errors() -> tuple[type[BaseException], ...]:
+    """What a missing file raises: Python's error, and TensorFlow's once it is loaded (only
+    then can a store's path have raised it)."""
+    tf = sys.modules.get("tensorflow")
+    errors = getattr(tf, "errors", None)
+    return (FileNotFoundError, errors.NotFoundError) if errors else (FileNotFoundError,)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    """The field of `tf.io.gfile.stat` that is read here."""
+
+    length: int
+
+
+def exists(path: str) -> bool:
+    if _remote(path):
+        return bool(_tf_gfile().exists(path))
+    return os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    if _remote(path):
+        return bool(_tf_gfile().isdir(path))
+    return os.path.isdir(path)
+
+
+def makedirs(path: str) -> None:
+    if _remote(path):
+        _tf_gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def listdir(path: str) -> list[str]:
+    if _remote(path):
+        return list(_tf_gfile().listdir(path))
+    return os.listdir(path)
+
+
+def GFile(path: str, mode: str = "r") -> IO[Any]:  # noqa: N802 (tf.io.gfile's name)
+    if _remote(path):
+        return _tf_gfile().GFile(path, mode)
+    return open(path, mode)  # noqa: SIM115 (the caller closes it, as with tf.io.gfile)
+
+
+def remove(path: str) -> None:
+    if _remote(path):
+        _tf_gfile().remove(path)
+    else:
+        os.remove(path)
+
+
+def rmtree(path: str) -> None:
+    if _remote(path):
+        _tf_gfile().rmtree(path)
+    else:
+        shutil.rmtree(path)
+
+
+def _refuse_existing(target: str, overwrite: bool) -> None:
+    if not overwrite and os.path.exists(target):
+        raise FileExistsError(f"{target} exists")
+
+
+def rename(source: str, target: str, overwrite: bool = False) -> None:
+    if _remote(source, target):
+        _tf_gfile().rename(source, target, overwrite=overwrite)
+        return
+    _refuse_existing(target, overwrite)
+    os.replace(source, target)
+
+
+def copy(source: str, target: str, overwrite: bool = False) -> None:
+    if _remote(source, target):
+        _tf_gfile().copy(source, target, overwrite=overwrite)
+        return
+    _refuse_existing(target, overwrite)
+    shutil.copyfile(source, target)
+
+
+def stat(path: str) -> FileStat:
+    if _remote(path):
+        return FileStat(int(_tf_gfile().stat(path).length))
+    return FileStat(os.stat(path).st_size)
+
+
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    if _remote(top):
+        yield from _tf_gfile().walk(top)
+    else:
+        yield from os.walk(top)

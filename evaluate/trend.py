@@ -217,7 +217,7 @@ def read_nights(output_root: str) -> list[Night]:
     for date in sorted(filter(dates.is_run_date, names), key=dates.parse):
         try:
             night = read_night(output_root, date, latest_metrics)
-        except (ValueError, KeyError, TypeError, AttributeError, tf.errors.OpError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, OSError, tf.errors.OpError) as e:
             logger.warning("trend page: leaving out %s, its files are unreadable: %s", date, e)
             continue
         if night is not None:

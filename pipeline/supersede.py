@@ -162,7 +162,7 @@ def _keep_copy(path: str, kept: str) -> None:
 
 
 def _remove(folder: str) -> None:
-    with contextlib.suppress(gfile.errors.NotFoundError):
+    with contextlib.suppress(*gfile.not_found_errors()):
         gfile.rmtree(folder)
 
 
@@ -187,7 +187,7 @@ def _move_folder(source: str, target: str, marker: str) -> None:
         destination = target + path[len(source) :]
         gfile.makedirs(posixpath.dirname(destination))
         gfile.rename(path, destination, overwrite=True)
-    with contextlib.suppress(gfile.errors.NotFoundError):
+    with contextlib.suppress(*gfile.not_found_errors()):
         gfile.rmtree(source)  # the folder markers left behind
 
 

@@ -35,3 +35,35 @@ def test_flipped_byte_is_named(shard_set):
 def test_missing_manifest(tmp_path):
     with pytest.raises(manifest.ManifestError, match="manifest not found"):
         manifest.read_manifest(str(tmp_path))
+
+
+def test_gfile_reaches_local_files_as_tf_io_gfile_does(tmp_path):
+    import tensorflow as tf
+
+    from contract import gfile
+
+    folder = str(tmp_path / "a" / "b")
+    gfile.makedirs(folder)
+    gfile.makedirs(folder)  # already there: nothing to do
+    path = f"{folder}/x.json"
+    with gfile.GFile(path, "w") as f:
+        f.write("{}")
+    assert gfile.exists(path) and not gfile.isdir(path) and gfile.isdir(folder)
+    assert gfile.stat(path).length == tf.io.gfile.stat(path).length == 2
+    gfile.copy(path, f"{folder}/y.json")
+    with pytest.raises(FileExistsError):
+        gfile.copy(path, f"{folder}/y.json")
+    with pytest.raises(FileExistsError):
+        gfile.rename(path, f"{folder}/y.json")
+    gfile.rename(path, f"{folder}/y.json", overwrite=True)
+    assert sorted(gfile.listdir(folder)) == sorted(tf.io.gfile.listdir(folder)) == ["y.json"]
+    assert list(gfile.walk(str(tmp_path))) == [
+        (str(tmp_path), ["a"], []),
+        (str(tmp_path / "a"), ["b"], []),
+        (folder, [], ["y.json"]),
+    ]
+    with pytest.raises(gfile.not_found_errors()):
+        gfile.remove(path)
+    gfile.rmtree(str(tmp_path / "a"))
+    assert not gfile.exists(folder)
+    assert tf.errors.NotFoundError in gfile.not_found_errors()  # TensorFlow is loaded here

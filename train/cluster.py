@@ -15,9 +15,10 @@ import signal
 import tempfile
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
+if TYPE_CHECKING:  # the launcher reads TF_CONFIG's helpers here without loading TensorFlow
+    import tensorflow as tf
 
 TF_CONFIG_ENV = "TF_CONFIG"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"
@@ -93,6 +94,8 @@ def kernel_library() -> str:
 
 def configure_threads(threads: int) -> None:
     """Pins TF's thread pools; must run before the TF runtime starts."""
+    import tensorflow as tf
+
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
@@ -108,6 +111,8 @@ def make_strategy() -> tf.distribute.Strategy:
     ~10 epochs. The untimed rest (metric reads at epoch ends, saves) run after a timed
     all-reduce, which is the one that fails first when a peer has vanished.
     """
+    import tensorflow as tf
+
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
     )
@@ -122,6 +127,8 @@ def make_strategy() -> tf.distribute.Strategy:
 
 def timed_collectives(timeout_seconds: float) -> tf.distribute.experimental.CommunicationOptions:
     """Options for the gradient and validation all-reduces: a vanished peer fails them in time."""
+    import tensorflow as tf
+
     return tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=timeout_seconds,
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
@@ -166,6 +173,8 @@ def check_workers_agree(
         ClusterError: naming the settings that differ, the workers that differ from this one
             and this worker's values.
     """
+    import tensorflow as tf
+
     if info.num_workers < 2:
         return
     names = sorted(settings)

@@ -9,6 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from contract import layout, manifest, records
+from train.checks import steps_per_epoch
 from train.config import TrainConfig
 
 # Fixed parallelism and prefetch depth instead of tf.data's autotuning: an autotuned
@@ -66,12 +67,6 @@ def _parse(image_shape: list[int]):
         return tf.cast(images, tf.float32), labels
 
     return parse
-
-
-def steps_per_epoch(shard_manifest: dict[str, Any], per_worker_batch_size: int) -> int:
-    """Steps every worker runs per epoch: the same on all workers, from the manifest."""
-    per_worker = shard_manifest["splits"][layout.TRAIN_SPLIT]["examples_per_worker"]
-    return per_worker // per_worker_batch_size
 
 
 def epoch_key(seed: int, worker: int, epoch: int | tf.Tensor) -> tf.Tensor:

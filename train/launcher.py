@@ -27,7 +27,7 @@ from contract.messages import (
     notice_line,
     restart_may_help,
 )
-from train import cluster
+from train import checks, cluster, user_model
 from train.config import MAX_RESTARTS, ConfigError, TrainConfig
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
@@ -202,12 +202,12 @@ def preflight(config: TrainConfig, num_workers: int) -> None:
 
     Each worker still verifies its own files' checksums itself.
     """
-    from train.models import check_builds  # TF loads only once inputs need checking
-    from train.worker import check_settings
-
     shard_manifest = manifest.read_manifest(config.data_dir)
-    check_settings(config, shard_manifest, num_workers)
-    check_builds(config, shard_manifest)
+    checks.check_settings(config, shard_manifest, num_workers)
+    if user_model.is_import_path(config.model):
+        from train.models import check_builds  # TF loads only for a model to build
+
+        check_builds(config, shard_manifest)
 
 
 def settle_start(config: TrainConfig) -> TrainConfig:

@@ -10,6 +10,7 @@ import numpy as np
 import tf_keras as keras
 
 from train import user_model
+from train.checks import check_name
 from train.config import ConfigError, TrainConfig
 from train.user_model import InputSpec
 
@@ -139,42 +140,6 @@ def for_inference(core: keras.Model, test_time_augment: str) -> keras.Model:
 
 
 MODELS: dict[str, Builder] = {"cnn": cnn, "cnn2": cnn2, "cnn3": cnn3, "mlp": mlp}
-
-
-def check_name(name: str, hparams: dict[str, Any] | None = None) -> None:
-    """Checks that `name` is a built-in model, or a function by import path that imports.
-
-    Raises:
-        ConfigError: naming the known models, or what is wrong with the import path; or
-            hyperparameters given to a built-in model, which takes none.
-    """
-    if user_model.is_import_path(name):
-        user_model.resolve(name)
-        return
-    if name not in MODELS:
-        raise ConfigError(
-            f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}, or give your "
-            "own as package.module:function (docs/extending.md)"
-        )
-    if hparams:
-        raise ConfigError(
-            f"the built-in model {name!r} takes no hparams (got {', '.join(sorted(hparams))}): "
-            "they are for a model given as package.module:function"
-        )
-
-
-def check_settings(config: TrainConfig) -> None:
-    """Checks the model setting, its hparams and how its hooks go with the other settings.
-
-    Raises:
-        ConfigError: see `check_name`; or label smoothing asked of a module with its own loss.
-    """
-    check_name(config.model, config.hparams)
-    if config.label_smoothing > 0 and user_model.has_loss_hook(config.model):
-        raise ConfigError(
-            f"label_smoothing is for the built-in loss, and {config.model} comes with its own "
-            f"{user_model.LOSS_HOOK}: set label_smoothing 0 and smooth in that loss"
-        )
 
 
 def build(

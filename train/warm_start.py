@@ -29,6 +29,7 @@ import tf_keras as keras
 
 from contract import atomic, layout, model_code, pointer, run_lock
 from train import backup, models
+from train.checks import is_settled
 from train.config import ConfigError, TrainConfig
 
 log = logging.getLogger("train")
@@ -41,11 +42,6 @@ WeightsSignature = list[tuple[str, tuple[int, ...]]]
 def output_root_of(train_dir: str) -> str:
     """The output root a train folder (`<root>/<date>/train`) belongs to."""
     return posixpath.dirname(run_lock.run_dir_of_train_dir(train_dir)) or "/"
-
-
-def is_settled(config: TrainConfig) -> bool:
-    """Whether the config already names its starting model, or why it starts cold."""
-    return config.warm_start == "off" or bool(config.warm_start_from or config.cold_start_reason)
 
 
 def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:

@@ -24,40 +24,12 @@ from train import (
     resumable,
     warm_start,
 )
-from train.config import ConfigError, TrainConfig
+from train.checks import check_settings
+from train.config import TrainConfig
 from train.trainer import Trainer
 from train.validation import ExactValidation
 
 log = logging.getLogger("train")
-
-
-def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int) -> None:
-    """Checks the settings against each other, the shard set's manifest and any backup.
-
-    Raises:
-        ConfigError: naming the setting that is wrong and what to do.
-    """
-    config.check()
-    models.check_settings(config)
-    if not warm_start.is_settled(config):
-        raise ConfigError(
-            f"warm_start {config.warm_start} is settled by `python -m train launch` before the "
-            "workers start: launch the workers with it, or give each worker the launcher's "
-            "--warm-start-from and --warm-start-sha256 (or --cold-start-reason)"
-        )
-    if shard_manifest["num_workers"] != num_workers:
-        raise ConfigError(
-            f"num_workers is {num_workers} but the shard set in {config.data_dir} was cut for "
-            f"{shard_manifest['num_workers']} workers: train with "
-            f"{shard_manifest['num_workers']} or rerun preprocess with {num_workers}"
-        )
-    if data.steps_per_epoch(shard_manifest, config.per_worker_batch_size) < 1:
-        per_worker = shard_manifest["splits"][layout.TRAIN_SPLIT]["examples_per_worker"]
-        raise ConfigError(
-            f"per_worker_batch_size {config.per_worker_batch_size} exceeds the {per_worker} "
-            "examples each worker holds: lower it"
-        )
-    backup.check_resume_settings(config, shard_manifest, num_workers)
 
 
 def check_inputs(config: TrainConfig, info: cluster.ClusterInfo) -> dict[str, Any]:

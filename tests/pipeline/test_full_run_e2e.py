@@ -20,6 +20,7 @@ import pytest
 from contract import atomic, layout, run_lock
 from tests.factories import PROJECT_ROOT
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 from tests.waiting import wait_until
 from train.__main__ import precision_notice
 from train.config import auto_precision
@@ -189,13 +190,25 @@ def test_terminal_shows_stages_epochs_and_the_verdict(first_run):
     assert order == sorted(order)
 
 
-def test_second_run_does_nothing(runner, first_run):
+def test_second_run_does_nothing_and_never_loads_tensorflow(runner, first_run):
     _, before = first_run
-    result = runner.run()
+    # Luigi's own process checks every stage's output and the run lock through contract.gfile,
+    # which reaches a local root without TensorFlow.
+    command = runner.command(DATE)
+    assert command[1:3] == ["-m", "luigi"]
+    result = subprocess.run(
+        probe_argv("luigi", *command[3:]),
+        cwd=PROJECT_ROOT,
+        env=runner.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0
     text = summary(result)
     assert "were encountered" in text and "ran successfully" not in text
     assert mtimes(runner.run_dir()) == before
+    assert result.stdout.splitlines()[-1] == NOT_LOADED_LINE
 
 
 def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing(runner, first_run):

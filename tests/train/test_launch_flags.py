@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
-from tests.train.conftest import SMALL_RUN, write_small_shard_set
+from tests.factories import PROJECT_ROOT
+from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
+from tests.train.conftest import SMALL_RUN, history, train_env, write_small_shard_set
 from train import __main__ as cli
 
 
@@ -48,3 +52,19 @@ def test_docker_workers_with_a_gs_train_dir_are_refused(capsys, launch_argv):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(ERROR_PREFIX), err
     assert "--backend docker needs a local --train-dir, got gs://bucket" in err[0]
+
+
+@pytest.mark.e2e
+def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, tmp_path):
+    # Only the workers load it: the launcher's checks, start and watch need none of it.
+    proc = subprocess.run(
+        probe_argv("train", *launch_argv, "--num-workers", "2", "--epochs", "1"),
+        cwd=PROJECT_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert history(str(tmp_path / "train"))["epochs_completed"] == 1
+    assert proc.stdout.splitlines()[-1] == NOT_LOADED_LINE

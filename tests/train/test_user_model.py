@@ -287,3 +287,9 @@ def test_the_luigi_task_refuses_a_missing_function_before_scheduling(tmp_path, u
     with pytest.raises(ImportPathError, match=f"model module '{name}' has no function 'build_it'"):
         task.complete()
     train_task.Train(output_root=str(tmp_path), model=f"{name}:build_model").complete()
+
+
+def test_the_launchers_model_names_are_the_models_built():
+    from train import checks
+
+    assert sorted(checks.BUILT_IN_MODELS) == sorted(models.MODELS)
