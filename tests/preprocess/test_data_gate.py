@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from contract.messages import EXIT_BAD_INPUT
 from preprocess import data_gate, statistics
 from preprocess.errors import BadInputError
 from tests import factories
+from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 
 THRESHOLDS = {
     "label_drift_threshold": 0.1,
@@ -206,3 +208,31 @@ def test_command_line_flags_are_the_configs(tmp_path):
     argv = ["--output-root", str(tmp_path), "--date", "2026-01-02", "--accept-anomalies"]
     assert data_gate.main(argv) == 0
     assert read(layout.join(night, "data_gate.json"))["status"] == "accepted"
+
+
+def test_the_gate_of_a_local_night_runs_without_loading_tensorflow(tmp_path):
+    # Its own process (`python -m preprocess.data_gate`, one per night) reads the statistics
+    # the Beam job wrote and a schema: protobufs, with no TensorFlow to load.
+    write_night(tmp_path, "2026-01-01")
+    night = write_night(tmp_path, "2026-01-02")
+    for date in ("2026-01-01", "2026-01-02"):
+        argv = ["--output-root", str(tmp_path), "--date", date]
+        proc = subprocess.run(
+            probe_argv("preprocess.data_gate", *argv),
+            cwd=factories.PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.splitlines()[-1] == NOT_LOADED_LINE
+    assert read(layout.join(night, "data_gate.json"))["status"] == "passed"
+
+
+def test_the_statistics_name_the_records_features():
+    from contract import records
+
+    assert (statistics.IMAGE_FEATURE, statistics.LABEL_FEATURE) == (
+        records.IMAGE_KEY,
+        records.LABEL_KEY,
+    )
