@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from contract import storage
+
 
 def _tf_gfile() -> Any:
     import tensorflow as tf
@@ -28,7 +30,7 @@ def _tf_gfile() -> Any:
 
 
 def _remote(*paths: str) -> bool:
-    return any("://" in str(path) for path in paths)
+    return any(storage.is_remote(path) for path in paths)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 
-from contract import gfile
-
 SUPPORTED_SCHEMES = ("gs",)
 STATE_DIR_ENV = "NIGHTLY_TRAINER_STATE_DIR"
 DEFAULT_STATE_DIR = os.path.join("~", ".cache", "nightly-trainer")
@@ -74,6 +72,8 @@ def upload_folder(local_dir: str, remote_dir: str) -> list[str]:
     Returns:
         The remote paths written (none when `local_dir` does not exist).
     """
+    from contract import gfile  # which reads is_remote from here
+
     written: list[str] = []
     if not os.path.isdir(local_dir):
         return written
