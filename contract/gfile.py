@@ -8,7 +8,8 @@ rename with a store on either side.
 
 Errors: a local path raises Python's (`FileNotFoundError`, `FileExistsError`, other
 `OSError`s), a store's path TensorFlow's (`tf.errors.OpError` and its kinds); catch
-`not_found_errors()` for a missing file on either, or `errors.OpError` with `OSError`.
+`not_found_errors()` for a missing file on either, `file_errors()` for any failed read or
+write.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ def not_found_errors() -> tuple[type[BaseException], ...]:
     tf = sys.modules.get("tensorflow")
     errors = getattr(tf, "errors", None)
     return (FileNotFoundError, errors.NotFoundError) if errors else (FileNotFoundError,)
+
+
+def file_errors() -> tuple[type[BaseException], ...]:
+    """What a failed read or write raises: Python's `OSError`, and TensorFlow's `OpError` once
+    it is loaded (only then can a store's path have raised it)."""
+    tf = sys.modules.get("tensorflow")
+    errors = getattr(tf, "errors", None)
+    return (OSError, errors.OpError) if errors else (OSError,)
 
 
 @dataclasses.dataclass(frozen=True)

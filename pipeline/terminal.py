@@ -87,15 +87,15 @@ def epoch_line(progress: dict[str, Any], epoch_seconds: list[float]) -> str:
 def evaluation_line(evaluate_dir: str) -> str:
     """`accuracy 0.9312, blessed (reasons...)` from an evaluate directory (local or gs://),
     read defensively."""
-    import tensorflow as tf
-
-    from contract import atomic, layout
+    from contract import atomic, gfile, layout
 
     def read(name: str) -> dict[str, Any]:
         try:
             data = atomic.read_json(layout.join(evaluate_dir, name))
-        except (OSError, ValueError, tf.errors.OpError):
-            return {}
+        except Exception as e:  # a store's errors are TensorFlow's, known once it has loaded
+            if isinstance(e, (ValueError, *gfile.file_errors())):
+                return {}
+            raise
         return data if isinstance(data, dict) else {}
 
     metrics, blessing = read("metrics.json"), read("blessing.json")

@@ -67,3 +67,4 @@ def test_gfile_reaches_local_files_as_tf_io_gfile_does(tmp_path):
     gfile.rmtree(str(tmp_path / "a"))
     assert not gfile.exists(folder)
     assert tf.errors.NotFoundError in gfile.not_found_errors()  # TensorFlow is loaded here
+    assert gfile.file_errors() == (OSError, tf.errors.OpError)

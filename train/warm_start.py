@@ -15,6 +15,9 @@ The run starts cold, and says why, when there is no pointer (the first night), t
 model is missing, fails its sha256 or cannot be loaded, its weights differ in names or shapes
 from the model this run builds (another architecture, input shape or number of classes), or
 the pointer names this run's own model.
+
+TensorFlow loads only to look at a model: a launch whose run starts cold for want of a pointer
+or a file, or resumes a backup, settles without it.
 """
 
 from __future__ import annotations
@@ -22,15 +25,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
-import tf_keras as keras
-
-from contract import atomic, layout, model_code, pointer, run_lock
-from train import backup, models
+from contract import atomic, gfile, layout, model_code, pointer, run_lock
 from train.checks import is_settled
 from train.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    import tf_keras as keras
 
 log = logging.getLogger("train")
 
@@ -73,7 +75,7 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
     own = layout.join(config.train_dir.rstrip("/"), layout.MODEL_FILE)
     if _same_file(path, own):
         return _cold(config, f"the latest pointer names this run's own model {path}")
-    if not tf.io.gfile.exists(path):
+    if not gfile.exists(path):
         return _cold(config, f"the last blessed model {path} (run {date}) is missing")
     sha256 = atomic.sha256_file(path)
     if sha256 != current.get("model_sha256"):
@@ -82,6 +84,10 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
             f"the last blessed model {path} (run {date}) fails its sha256: "
             f"{sha256[:16]}… is not the pointer's {str(current.get('model_sha256'))[:16]}…",
         )
+    import tf_keras as keras
+
+    from train import models
+
     try:
         blessed = signature(_load_core(path))
     except Exception as e:  # noqa: BLE001 - an unreadable model is a reason to start cold
@@ -118,8 +124,12 @@ def _same_file(a: str, b: str) -> bool:
 
 def _backup_settling(train_dir: str) -> dict[str, str] | None:
     """The warm-start fields a resumable backup in `train_dir` was made with, if any."""
+    if not gfile.exists(layout.join(train_dir, layout.BACKUP_DIR)):
+        return None
+    from train import backup
+
     path = layout.join(backup.backup_dir(train_dir), backup.SETTINGS_FILE)
-    if not backup.has_checkpoint(train_dir) or not tf.io.gfile.exists(path):
+    if not backup.has_checkpoint(train_dir) or not gfile.exists(path):
         return None
     saved = atomic.read_json(path)
     if not any(saved.get(name) for name in SETTLED_FIELDS):
@@ -147,6 +157,8 @@ def describe_mismatch(built: WeightsSignature, blessed: WeightsSignature) -> str
 def _load_core(path: str) -> keras.Model:
     """The trained model inside an exported one: the model itself, or the model that
     test-time flips wrap (`train.models.mirror_averaged`)."""
+    import tf_keras as keras
+
     # A user's own layers load from their module (docs/extending.md).
     custom = model_code.custom_objects(path)
     loaded = keras.models.load_model(path, compile=False, custom_objects=custom)
@@ -165,7 +177,7 @@ def load_into(core: keras.Model, config: TrainConfig) -> None:
         if config.warm_start != "off":
             log.info("cold start: %s", config.cold_start_reason)
         return
-    if not tf.io.gfile.exists(path) or atomic.sha256_file(path) != config.warm_start_sha256:
+    if not gfile.exists(path) or atomic.sha256_file(path) != config.warm_start_sha256:
         raise ConfigError(
             f"the warm start model {path} is missing or changed since the launch chose it "
             f"(sha256 {config.warm_start_sha256[:16]}…): rerun the train stage"

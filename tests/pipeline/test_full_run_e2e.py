@@ -76,9 +76,15 @@ class Runner:
     def env(self) -> dict[str, str]:
         return os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
-    def run(self, date: str = DATE, *extra: str, **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, date: str = DATE, *extra: str, probe: bool = False, **kwargs
+    ) -> subprocess.CompletedProcess:
+        """Runs the command; with `probe`, through tests.tensorflow_probe (its last stdout line
+        says whether Luigi's own process loaded TensorFlow)."""
+        command = self.command(date, *extra, **kwargs)
+        assert command[1:3] == ["-m", "luigi"]
         return subprocess.run(
-            self.command(date, *extra, **kwargs),
+            probe_argv("luigi", *command[3:]) if probe else command,
             cwd=PROJECT_ROOT,
             env=self.env(),
             capture_output=True,
@@ -131,7 +137,7 @@ def runner(tmp_path_factory):
 @pytest.fixture(scope="module")
 def first_run(runner):
     """The shared FullRun of DATE: its result and the files' mtimes right after it."""
-    result = runner.run()
+    result = runner.run(probe=True)
     assert result.returncode == 0, summary(result)
     return result, mtimes(runner.run_dir())
 
@@ -161,6 +167,9 @@ def test_full_run_writes_every_artefact(runner, first_run):
     (luigi_log,) = [name for name in logs if name.startswith("luigi-")]
     assert "Luigi Execution Summary" in (run / "logs" / luigi_log).read_text()
     assert not (run / run_lock.LOCK_FILE).exists()
+    # Luigi's own process ran the stages and read their results without TensorFlow: a local
+    # root goes through contract.gfile.
+    assert result.stdout.splitlines()[-1] == NOT_LOADED_LINE
 
 
 def test_terminal_shows_stages_epochs_and_the_verdict(first_run):
@@ -194,16 +203,7 @@ def test_second_run_does_nothing_and_never_loads_tensorflow(runner, first_run):
     _, before = first_run
     # Luigi's own process checks every stage's output and the run lock through contract.gfile,
     # which reaches a local root without TensorFlow.
-    command = runner.command(DATE)
-    assert command[1:3] == ["-m", "luigi"]
-    result = subprocess.run(
-        probe_argv("luigi", *command[3:]),
-        cwd=PROJECT_ROOT,
-        env=runner.env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = runner.run(probe=True)
     assert result.returncode == 0
     text = summary(result)
     assert "were encountered" in text and "ran successfully" not in text

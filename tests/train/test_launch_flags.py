@@ -56,9 +56,13 @@ def test_docker_workers_with_a_gs_train_dir_are_refused(capsys, launch_argv):
 
 @pytest.mark.e2e
 def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, tmp_path):
-    # Only the workers load it: the launcher's checks, start and watch need none of it.
+    # Only the workers load it: the launcher's checks, start and watch need none of it, nor
+    # does settling a warm start that finds no blessed model (the first night).
+    train_dir = str(tmp_path / "runs" / "2026-01-31" / "train")
+    argv = [train_dir if a == str(tmp_path / "train") else a for a in launch_argv]
+    flags = ["--num-workers", "2", "--epochs", "1", "--warm-start", "last-blessed"]
     proc = subprocess.run(
-        probe_argv("train", *launch_argv, "--num-workers", "2", "--epochs", "1"),
+        probe_argv("train", *argv, *flags),
         cwd=PROJECT_ROOT,
         env=train_env(),
         capture_output=True,
@@ -66,5 +70,7 @@ def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, tmp_
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert history(str(tmp_path / "train"))["epochs_completed"] == 1
+    doc = history(train_dir)
+    assert doc["epochs_completed"] == 1
+    assert doc["warm_start"]["cold_start_reason"].startswith("no blessed model yet")
     assert proc.stdout.splitlines()[-1] == NOT_LOADED_LINE
