@@ -89,7 +89,9 @@ def test_the_walk_through_trains_the_users_model_to_a_blessing(tmp_path, image_f
 
     with zipfile.ZipFile(run / "train" / layout.MODEL_FILE) as archive:
         saved = json.loads(archive.read("config.json"))
-    layers = {layer["config"]["name"]: layer for layer in saved["config"]["layers"]}
+    # luigi.cfg's test-time flips wrap the user's model: its layers are one level down.
+    (wrapped,) = [layer for layer in saved["config"]["layers"] if "layers" in layer["config"]]
+    layers = {layer["config"]["name"]: layer for layer in wrapped["config"]["layers"]}
     assert layers["centred_pixels"]["module"] == "examples.my_model"  # the user's own layer
     assert layers["shape_features"]["config"]["filters"] == 8  # from --Train-hparams
 

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from contract import layout
+from contract import layout, run_lock
 from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import (
@@ -27,6 +27,7 @@ from tests.train.conftest import (
     weights_digest,
     write_small_shard_set,
 )
+from tests.waiting import wait_until
 from train import backup
 
 EXACT_RUN = {
@@ -70,6 +71,16 @@ def train(data_dir: str, train_dir: str, env: dict | None = None, **overrides):
         text=True,
         timeout=300,
     )
+
+
+def lock_is_free(run_dir: str) -> bool:
+    lock = run_lock.RunLock(run_dir)
+    try:
+        lock.acquire()
+    except run_lock.RunLockedError:
+        return False
+    lock.release()
+    return True
 
 
 def finished(proc: subprocess.CompletedProcess) -> None:
@@ -167,6 +178,14 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     )
     assert killed.returncode == -9
     assert not os.path.exists(os.path.join(train_dir, layout.HISTORY_FILE))
+    # The kernel frees the date's lock when the last killed worker has torn down, which on a
+    # loaded machine can lag the launcher's own end; a rerun before that is refused, as it
+    # should be.
+    wait_until(
+        lambda: lock_is_free(run_lock.run_dir_of_train_dir(train_dir)),
+        timeout=60,
+        failure=lambda: "the killed stage's processes still hold the date's lock after 60 s",
+    )
     finished(train(data_dir, train_dir))
     assert outcome(train_dir) == uninterrupted
 
