@@ -42,20 +42,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def not_found_errors() -> tuple[type[BaseException], ...]:
-    """What a missing file raises: Python's error, and TensorFlow's once it is loaded (only
+def _with_loaded_tf(
+    python_error: type[BaseException], tf_error: str
+) -> tuple[type[BaseException], ...]:
+    """`python_error`, and TensorFlow's `tf.errors.<tf_error>` once TensorFlow is loaded (only
     then can a store's path have raised it)."""
-    tf = sys.modules.get("tensorflow")
-    errors = getattr(tf, "errors", None)
-    return (FileNotFoundError, errors.NotFoundError) if errors else (FileNotFoundError,)
+    errors = getattr(sys.modules.get("tensorflow"), "errors", None)
+    return (python_error, getattr(errors, tf_error)) if errors else (python_error,)
+
+
+def not_found_errors() -> tuple[type[BaseException], ...]:
+    """What a missing file raises, on the local disk or a store."""
+    return _with_loaded_tf(FileNotFoundError, "NotFoundError")
 
 
 def file_errors() -> tuple[type[BaseException], ...]:
-    """What a failed read or write raises: Python's `OSError`, and TensorFlow's `OpError` once
-    it is loaded (only then can a store's path have raised it)."""
-    tf = sys.modules.get("tensorflow")
-    errors = getattr(tf, "errors", None)
-    return (OSError, errors.OpError) if errors else (OSError,)
+    """What a failed read or write raises, on the local disk or a store."""
+    return _with_loaded_tf(OSError, "OpError")
 
 
 @dataclasses.dataclass(frozen=True)

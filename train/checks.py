@@ -92,7 +92,13 @@ def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_work
             f"per_worker_batch_size {config.per_worker_batch_size} exceeds the {per_worker} "
             "examples each worker holds: lower it"
         )
-    if gfile.exists(layout.join(config.train_dir, layout.BACKUP_DIR)):
+    if has_backup_folder(config.train_dir):
         from train import backup  # its settings name TensorFlow's version and kernels
 
         backup.check_resume_settings(config, shard_manifest, num_workers)
+
+
+def has_backup_folder(train_dir: str) -> bool:
+    """Whether `train_dir` holds a backup folder, found without loading TensorFlow (which
+    `train.backup` needs to read one)."""
+    return gfile.exists(layout.join(train_dir, layout.BACKUP_DIR))

@@ -16,8 +16,8 @@ model is missing, fails its sha256 or cannot be loaded, its weights differ in na
 from the model this run builds (another architecture, input shape or number of classes), or
 the pointer names this run's own model.
 
-TensorFlow loads only to look at a model: a launch whose run starts cold for want of a pointer
-or a file, or resumes a backup, settles without it.
+TensorFlow loads only to look at a model or a backup: a launch whose run starts cold for want
+of a pointer or a file settles without it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from contract import atomic, gfile, layout, model_code, pointer, run_lock
-from train.checks import is_settled
+from train.checks import has_backup_folder, is_settled
 from train.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _backup_settling(train_dir: str) -> dict[str, str] | None:
     """The warm-start fields a resumable backup in `train_dir` was made with, if any."""
-    if not gfile.exists(layout.join(train_dir, layout.BACKUP_DIR)):
+    if not has_backup_folder(train_dir):
         return None
     from train import backup
 
