@@ -196,4 +196,8 @@ def _run_worker(config: TrainConfig) -> int:
 
 
 if __name__ == "__main__":
+    from train import forker
+
+    if forker.is_forker():
+        forker.serve()  # returns in each worker it forks, which goes on as `worker` below
     sys.exit(main())

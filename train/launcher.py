@@ -27,7 +27,7 @@ from contract.messages import (
     notice_line,
     restart_may_help,
 )
-from train import checks, cluster, user_model
+from train import checks, cluster, forker, user_model
 from train.config import MAX_RESTARTS, ConfigError, TrainConfig
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
@@ -85,6 +85,10 @@ class LocalProcessBackend:
         self.log_dir = log_dir
         self.ports = ports
         self.network = network
+        # Forked from one process that imported the worker's code (train.forker), or each
+        # started on its own.
+        self.fork = forker.enabled()
+        self.forker: forker.Forker | None = None
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def addresses(self, num_workers: int) -> list[str]:
@@ -101,34 +105,46 @@ class LocalProcessBackend:
 
     def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None:
         os.makedirs(self.log_dir, exist_ok=True)
-        env = {
-            **os.environ,
-            cluster.TF_CONFIG_ENV: tf_config_json,
-            cluster.ATTEMPT_ENV: str(attempt),
-            "TF_USE_LEGACY_KERAS": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
+        own_env = {cluster.TF_CONFIG_ENV: tf_config_json, cluster.ATTEMPT_ENV: str(attempt)}
+        shared_env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
         # A worker outliving a SIGKILLed launcher would hold its port, blocking a rerun.
         preexec = processes.signal_when_parent_dies(signal.SIGKILL)
         if self.network is not None:
             preexec = self.network.preexec(preexec)
-        with open(self.log_path(worker_index), "ab") as log_file:
+        log_path = self.log_path(worker_index)
+        with open(log_path, "ab") as log_file:
             log_file.write(f"=== attempt {attempt} worker {worker_index} ===\n".encode())
             log_file.flush()
+            if self.fork:
+                if self.forker is None or self.forker.gone:
+                    self.forker = forker.Forker(
+                        self.worker_argv,
+                        shared_env,
+                        preexec,
+                        run_lock.held_fds(),  # the date stays locked until every worker is gone
+                        self.log_path(0),
+                    )
+                self.forker.start(worker_index, own_env, log_path)
+                return
             self.processes[worker_index] = subprocess.Popen(
                 self.worker_argv,
-                env=env,
+                env={**shared_env, **own_env},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=preexec,
-                pass_fds=run_lock.held_fds(),  # the date stays locked until every worker is gone
+                pass_fds=run_lock.held_fds(),
             )
 
     def poll(self, worker_index: int) -> int | None:
+        if self.fork:
+            return self.forker.poll(worker_index) if self.forker else None
         return self.processes[worker_index].poll()
 
     def terminate(self, worker_index: int) -> None:
+        if self.fork:
+            self._terminate_forked(worker_index)
+            return
         process = self.processes.get(worker_index)
         if process is None or process.poll() is not None:
             return
@@ -139,8 +155,21 @@ class LocalProcessBackend:
             process.kill()
             process.wait()
 
+    def _terminate_forked(self, worker_index: int) -> None:
+        workers = self.forker
+        if workers is None or workers.poll(worker_index) is not None:
+            return
+        workers.signal(worker_index, signal.SIGTERM)
+        if workers.wait(worker_index, STOP_GRACE_SECONDS) is None:
+            workers.signal(worker_index, signal.SIGKILL)
+            workers.wait(worker_index)
+
     def close(self) -> None:
-        """Ends the private network's holder; each worker dies with the launcher anyway."""
+        """Ends the forker and the private network's holder; each worker dies with the launcher
+        anyway."""
+        if self.forker is not None:
+            self.forker.close()
+            self.forker = None
         if self.network is not None:
             self.network.close()
             self.network = None

@@ -20,6 +20,7 @@ from contract import layout, run_lock
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import SMALL_RUN, launch_argv, train_env, write_small_shard_set
 from tests.waiting import wait_until
+from train import forker
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +28,15 @@ DATE = datetime.date(2026, 1, 31)
 
 
 def stage_processes(train_dir: str) -> dict[str, list[psutil.Process]]:
-    """The launcher and the workers training into `train_dir`."""
-    found: dict[str, list[psutil.Process]] = {"launch": [], "worker": []}
-    for process in psutil.process_iter(["cmdline"]):
+    """The launcher, the workers' forker and the workers training into `train_dir`."""
+    found: dict[str, list[psutil.Process]] = {"launch": [], "forker": [], "worker": []}
+    for process in psutil.process_iter(["cmdline", "name"]):
         cmdline = process.info["cmdline"] or []
         if train_dir in cmdline and "train" in cmdline:
-            for role in found:
-                if role in cmdline:
-                    found[role].append(process)
+            if process.info["name"] == forker.NAME.decode():
+                found["forker"].append(process)
+            elif "launch" in cmdline or "worker" in cmdline:
+                found["launch" if "launch" in cmdline else "worker"].append(process)
     return found
 
 
@@ -99,8 +101,9 @@ def test_a_date_is_locked_by_every_entry_point_and_by_the_stage_tree(tmp_path):
         assert f"locked by pid {luigi.pid} " in errors[0]
 
         stage = stage_processes(train_dir)
-        assert len(stage["launch"]) == 1 and len(stage["worker"]) == 2, stage
-        processes = stage["launch"] + stage["worker"]
+        assert len(stage["launch"]) == len(stage["forker"]) == 1, stage
+        assert len(stage["worker"]) == 2, stage
+        processes = stage["launch"] + stage["forker"] + stage["worker"]
         lock_path = run_lock.RunLock(layout.run_dir(root, date)).path
         assert all(holds_file(p, lock_path) for p in processes)
         # Held stopped, the launcher and the workers outlive luigi until they are let go.

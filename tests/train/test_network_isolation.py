@@ -94,13 +94,12 @@ def test_training_ports_are_unreachable_from_the_host(tmp_path):
     seen: dict[int, list[str]] = {}
 
     def both_listen() -> bool:
-        for pid in _worker_pids(train_dir):
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                index = 0 if b'"index": 0' in f.read() else 1
+        for pid in _worker_pids(train_dir):  # each sees its network's listening sockets
             tables = [f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"]
-            with contextlib.suppress(OSError):  # the worker may have just exited
-                if addresses := _listening(tables, ports[index]):
-                    seen[index] = addresses
+            for index, port in enumerate(ports):
+                with contextlib.suppress(OSError):  # the worker may have just exited
+                    if addresses := _listening(tables, port):
+                        seen[index] = addresses
         return len(seen) == 2
 
     try:
