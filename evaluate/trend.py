@@ -24,9 +24,7 @@ import logging
 import string
 from typing import Any
 
-import tensorflow as tf
-
-from contract import atomic, dates, layout, manifest, pointer
+from contract import atomic, dates, gfile, layout, manifest, pointer
 from evaluate import plots, report, report_page
 
 logger = logging.getLogger(__name__)
@@ -127,7 +125,7 @@ class Night:
 
 
 def _read_optional(path: str) -> dict[str, Any]:
-    return atomic.read_json(path) if tf.io.gfile.exists(path) else {}
+    return atomic.read_json(path) if gfile.exists(path) else {}
 
 
 def _optional_number(value: Any, kind: type) -> Any:
@@ -138,7 +136,7 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
     """The night of `date`, or None when its evaluation is not finished (no metrics.json)."""
     evaluate_dir = layout.evaluate_dir(output_root, date)
     metrics_path = layout.join(evaluate_dir, layout.METRICS_FILE)
-    if not tf.io.gfile.exists(metrics_path):
+    if not gfile.exists(metrics_path):
         return None
     metrics = atomic.read_json(metrics_path)
     verdict = _read_optional(layout.join(evaluate_dir, layout.BLESSING_FILE))
@@ -156,7 +154,7 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
     links = tuple(
         (label, layout.join(date, "evaluate", name))
         for label, name in _LINKS
-        if tf.io.gfile.exists(layout.join(evaluate_dir, name))
+        if gfile.exists(layout.join(evaluate_dir, name))
     )
     return Night(
         date=date,
@@ -208,16 +206,16 @@ def read_nights(output_root: str) -> list[Night]:
     A night whose files cannot be read (a hand-edited metrics.json, say) is left out with a
     warning rather than keeping every other night off the page.
     """
-    if not tf.io.gfile.isdir(output_root):
+    if not gfile.isdir(output_root):
         return []
     latest_metrics = _latest_metrics(output_root)
     nights = []
     # gs:// listings end folder names with '/'; a folder that is no calendar date is no night.
-    names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_root)}
+    names = {name.rstrip("/") for name in gfile.listdir(output_root)}
     for date in sorted(filter(dates.is_run_date, names), key=dates.parse):
         try:
             night = read_night(output_root, date, latest_metrics)
-        except (ValueError, KeyError, TypeError, AttributeError, OSError, tf.errors.OpError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, *gfile.file_errors()) as e:
             logger.warning("trend page: leaving out %s, its files are unreadable: %s", date, e)
             continue
         if night is not None:
