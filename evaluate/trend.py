@@ -209,13 +209,20 @@ def read_nights(output_root: str) -> list[Night]:
     if not gfile.isdir(output_root):
         return []
     latest_metrics = _latest_metrics(output_root)
+    unreadable: tuple[type[BaseException], ...] = (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        *gfile.file_errors(),
+    )
     nights = []
     # gs:// listings end folder names with '/'; a folder that is no calendar date is no night.
     names = {name.rstrip("/") for name in gfile.listdir(output_root)}
     for date in sorted(filter(dates.is_run_date, names), key=dates.parse):
         try:
             night = read_night(output_root, date, latest_metrics)
-        except (ValueError, KeyError, TypeError, AttributeError, *gfile.file_errors()) as e:
+        except unreadable as e:
             logger.warning("trend page: leaving out %s, its files are unreadable: %s", date, e)
             continue
         if night is not None:
