@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from tests.docker.conftest import docker_run
@@ -89,3 +91,12 @@ def test_dev_tools_stay_out_of_the_image(stage_image):
     proc = docker_run(stage_image, "python", "-c", script, *dev)
     assert proc.returncode == 0, proc.stderr
     assert dev and proc.stdout.strip() == ""
+
+
+def test_tensorflows_cpp_headers_stay_out_of_the_image(stage_image):
+    # Headers for compiling custom ops: 13,000 files that every later build step walks.
+    script = "import os, tensorflow as tf; print(os.listdir(os.path.dirname(tf.__file__)))"
+    proc = docker_run(stage_image, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    folders = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert "python" in folders and "include" not in folders
