@@ -186,6 +186,7 @@ class Forker:
     ) -> None:
         self._codes: dict[int, int | None] = {}
         self._changed = threading.Condition()
+        self._writing = threading.Lock()  # the launcher stops its workers from several threads
         self.gone = False
         with open(stderr_path, "ab") as stderr:
             self._process = subprocess.Popen(
@@ -219,7 +220,7 @@ class Forker:
     def _send(self, message: dict) -> None:
         assert self._process.stdin is not None
         # A forker that died is reported by the reader, with its workers' codes.
-        with contextlib.suppress(BrokenPipeError, ValueError):
+        with self._writing, contextlib.suppress(BrokenPipeError, ValueError):
             self._process.stdin.write((json.dumps(message) + "\n").encode())
             self._process.stdin.flush()
 
