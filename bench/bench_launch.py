@@ -13,10 +13,10 @@ import os
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
+from bench.bench_train import PROJECT_ROOT, stage_env, train_argv
 from bench.result import Result
 
 PER_WORKER = 256
@@ -35,19 +35,16 @@ KILL_AT = "1:20"  # worker 1, inside the second epoch: the cluster restarts from
 
 def _launch(data_dir: str, train_dir: str, fork: bool) -> tuple[float, float]:
     """One launch to completion: (CPU seconds of the launch's whole tree, wall seconds)."""
-    argv = [sys.executable, "-m", "train", "launch", "--data-dir", data_dir]
-    argv += ["--train-dir", train_dir, "--num-workers", "2"]
-    for name, value in SETTINGS.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
-    env = os.environ | {
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
+    settings = {**SETTINGS, "data_dir": data_dir, "train_dir": train_dir, "num_workers": 2}
+    env = stage_env(1) | {
         "TRAIN_FORK_WORKERS": "1" if fork else "0",
         "TRAIN_FAULT_KILL_AT_STEP": KILL_AT,
     }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        train_argv("launch", settings), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0 or "worker 1 died" not in done.stdout:

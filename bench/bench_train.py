@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bench.result import Result
 from train.config import auto_precision
@@ -88,6 +89,14 @@ def stage_env(threads: int, onednn: str = STAGE_KERNELS) -> dict[str, str]:
         "OMP_NUM_THREADS": str(threads),
         "TF_ENABLE_ONEDNN_OPTS": onednn,
     }
+
+
+def train_argv(command: str, settings: dict[str, Any]) -> list[str]:
+    """`python -m train <command>` with `settings` as its flags."""
+    argv = [sys.executable, "-m", "train", command]
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
 
 
 def tf_own_kernels() -> str:
@@ -182,9 +191,7 @@ def _train_rate(
         "reduce_lr_patience": 0,
     }
     command = "launch" if num_workers > 1 else "worker"
-    argv = [sys.executable, "-m", "train", command]
-    for name, value in settings.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+    argv = train_argv(command, settings)
     if num_workers > 1:
         argv += ["--num-workers", str(num_workers), "--max-restarts", "0"]
     shutil.rmtree(train_dir, ignore_errors=True)

@@ -41,6 +41,7 @@ from bench.bench_train import (
     stage_env,
     tf_own_kernels,
     tf_own_setting,
+    train_argv,
 )
 from bench.result import Result
 
@@ -161,9 +162,7 @@ def stage_seconds_to_target(
         "max_restarts": 0,
         "seed": seed,
     }
-    argv = [sys.executable, "-m", "train", "launch"]
-    for name, value in settings.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+    argv = train_argv("launch", settings)
     started = time.perf_counter()
     process = subprocess.Popen(
         argv,

@@ -32,7 +32,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.bench_train import PROJECT_ROOT, stage_env
+from bench.bench_train import PROJECT_ROOT, stage_env, train_argv
 from bench.result import Result
 
 NUM_TEST = 10000  # all of Fashion-MNIST's test images
@@ -93,9 +93,7 @@ def night(settings: dict[str, Any], target: float | None) -> Night:
     at `target` (run to its end when None)."""
     from contract.messages import parse_notice, parse_progress
 
-    argv = [sys.executable, "-m", "train", "launch"]
-    for name, value in settings.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+    argv = train_argv("launch", settings)
     started = time.perf_counter()
     process = subprocess.Popen(
         argv,
