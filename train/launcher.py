@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Protocol
 
 from contract import layout, manifest, processes, run_lock, settings, storage
@@ -67,6 +68,53 @@ class WorkerBackend(Protocol):
         ...
 
 
+class _OwnProcesses:
+    """Each worker a process of the launcher's own: `forker.Forker`'s interface without the
+    forker (TRAIN_FORK_WORKERS=0, or off Linux)."""
+
+    gone = False  # nothing to outlive
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        preexec: Callable[[], None],
+        pass_fds: tuple[int, ...],
+    ) -> None:
+        self.argv, self.env, self.preexec, self.pass_fds = argv, env, preexec, pass_fds
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, index: int, env: dict[str, str], log_path: str) -> None:
+        with open(log_path, "ab") as log_file:
+            self.processes[index] = subprocess.Popen(
+                self.argv,
+                env={**self.env, **env},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=self.preexec,
+                pass_fds=self.pass_fds,
+            )
+
+    def poll(self, index: int) -> int | None:
+        process = self.processes.get(index)
+        return process.poll() if process else None
+
+    def signal(self, index: int, number: int) -> None:
+        process = self.processes.get(index)
+        if process is not None and process.poll() is None:
+            process.send_signal(number)
+
+    def wait(self, index: int, timeout: float | None = None) -> int | None:
+        try:
+            return self.processes[index].wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        pass
+
+
 class LocalProcessBackend:
     """Workers as local processes on loopback ports, each logging to its own file.
 
@@ -86,10 +134,8 @@ class LocalProcessBackend:
         self.ports = ports
         self.network = network
         # Forked from one process that imported the worker's code (train.forker), or each
-        # started on its own.
-        self.fork = forker.enabled()
-        self.forker: forker.Forker | None = None
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        # started on its own; made at the first start, and again after a forker died.
+        self.workers: forker.Forker | _OwnProcesses | None = None
 
     def addresses(self, num_workers: int) -> list[str]:
         if self.ports is None:
@@ -103,60 +149,32 @@ class LocalProcessBackend:
     def log_path(self, worker_index: int) -> str:
         return os.path.join(self.log_dir, f"worker-{worker_index}.log")
 
-    def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None:
-        os.makedirs(self.log_dir, exist_ok=True)
-        own_env = {cluster.TF_CONFIG_ENV: tf_config_json, cluster.ATTEMPT_ENV: str(attempt)}
-        shared_env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    def _new_workers(self) -> forker.Forker | _OwnProcesses:
+        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
         # A worker outliving a SIGKILLed launcher would hold its port, blocking a rerun.
         preexec = processes.signal_when_parent_dies(signal.SIGKILL)
         if self.network is not None:
             preexec = self.network.preexec(preexec)
+        held = run_lock.held_fds()  # the date stays locked until every worker is gone
+        if forker.enabled():
+            return forker.Forker(self.worker_argv, env, preexec, held, self.log_path(0))
+        return _OwnProcesses(self.worker_argv, env, preexec, held)
+
+    def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None:
+        os.makedirs(self.log_dir, exist_ok=True)
         log_path = self.log_path(worker_index)
         with open(log_path, "ab") as log_file:
             log_file.write(f"=== attempt {attempt} worker {worker_index} ===\n".encode())
-            log_file.flush()
-            if self.fork:
-                if self.forker is None or self.forker.gone:
-                    self.forker = forker.Forker(
-                        self.worker_argv,
-                        shared_env,
-                        preexec,
-                        run_lock.held_fds(),  # the date stays locked until every worker is gone
-                        self.log_path(0),
-                    )
-                self.forker.start(worker_index, own_env, log_path)
-                return
-            self.processes[worker_index] = subprocess.Popen(
-                self.worker_argv,
-                env={**shared_env, **own_env},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=preexec,
-                pass_fds=run_lock.held_fds(),
-            )
+        if self.workers is None or self.workers.gone:
+            self.workers = self._new_workers()
+        own_env = {cluster.TF_CONFIG_ENV: tf_config_json, cluster.ATTEMPT_ENV: str(attempt)}
+        self.workers.start(worker_index, own_env, log_path)
 
     def poll(self, worker_index: int) -> int | None:
-        if self.fork:
-            return self.forker.poll(worker_index) if self.forker else None
-        return self.processes[worker_index].poll()
+        return self.workers.poll(worker_index) if self.workers else None
 
     def terminate(self, worker_index: int) -> None:
-        if self.fork:
-            self._terminate_forked(worker_index)
-            return
-        process = self.processes.get(worker_index)
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def _terminate_forked(self, worker_index: int) -> None:
-        workers = self.forker
+        workers = self.workers
         if workers is None or workers.poll(worker_index) is not None:
             return
         workers.signal(worker_index, signal.SIGTERM)
@@ -167,9 +185,9 @@ class LocalProcessBackend:
     def close(self) -> None:
         """Ends the forker and the private network's holder; each worker dies with the launcher
         anyway."""
-        if self.forker is not None:
-            self.forker.close()
-            self.forker = None
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
         if self.network is not None:
             self.network.close()
             self.network = None
