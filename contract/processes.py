@@ -34,10 +34,7 @@ def signal_when_parent_dies(sig: signal.Signals) -> Callable[[], None]:
     """
     parent = os.getpid()
     # Looked up here, in the parent: the child between fork and exec should only call into it.
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        prctl = None
+    prctl = libc_prctl()
 
     def arm() -> None:
         if prctl is None:
@@ -48,3 +45,11 @@ def signal_when_parent_dies(sig: signal.Signals) -> Callable[[], None]:
             os.kill(os.getpid(), sig)
 
     return arm
+
+
+def libc_prctl() -> Callable[..., int] | None:
+    """libc's `prctl(2)`, or None where there is none (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None

@@ -144,23 +144,16 @@ def _reply(message: dict) -> None:
         os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def _prctl() -> Callable[..., int] | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
 def _name() -> bytes:
     buffer = ctypes.create_string_buffer(16)
-    prctl = _prctl()
+    prctl = processes.libc_prctl()
     if prctl is not None:
         prctl(PR_GET_NAME, buffer)
     return buffer.value
 
 
 def _set_name(name: bytes) -> None:
-    prctl = _prctl()
+    prctl = processes.libc_prctl()
     if prctl is not None and name:
         prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]))
 
