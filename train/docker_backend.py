@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -33,7 +34,6 @@ from contract.containers import (
 )
 from train import cluster
 
-STOP_GRACE_SECONDS = 10
 REAPER_WAIT_SECONDS = 60.0
 # Runs in its own session: blocks until the launcher's end of its stdin pipe closes, then
 # removes this launch's containers ($1: a label filter) and the network ($2).
@@ -148,13 +148,13 @@ class DockerWorkerBackend:
     def poll(self, worker_index: int) -> int | None:
         return self.clients[worker_index].poll()
 
-    def terminate(self, worker_index: int) -> None:
+    def terminate(self, worker_index: int, grace_seconds: float) -> None:
         name = self.container_name(worker_index)
         client = self.clients.get(worker_index)
         if client is not None and client.poll() is None:
-            docker_quiet("stop", "--time", str(STOP_GRACE_SECONDS), name)
+            docker_quiet("stop", "--time", str(math.ceil(grace_seconds)), name)
             try:
-                client.wait(STOP_GRACE_SECONDS + 20)
+                client.wait(grace_seconds + 20)
             except subprocess.TimeoutExpired:
                 client.kill()
                 client.wait()

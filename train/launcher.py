@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting cannot help
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
+# A worker's exit after a pre-emption backup (train.preemption.PREEMPTED_EXIT): its peers are
+# saving the same backup and get the grace period to finish it.
+PREEMPTED_EXIT = 128 + signal.SIGTERM
 LOOPBACK = "127.0.0.1"
 
 
@@ -57,8 +60,9 @@ class WorkerBackend(Protocol):
         """The worker's exit code, or None while it runs."""
         ...
 
-    def terminate(self, worker_index: int) -> None:
-        """Stops the worker (politely, then by force) and waits for it."""
+    def terminate(self, worker_index: int, grace_seconds: float) -> None:
+        """Stops the worker (SIGTERM, then SIGKILL after `grace_seconds`; 0: SIGKILL at once)
+        and waits for it."""
         ...
 
     def log_path(self, worker_index: int) -> str: ...
@@ -173,14 +177,16 @@ class LocalProcessBackend:
     def poll(self, worker_index: int) -> int | None:
         return self.workers.poll(worker_index) if self.workers else None
 
-    def terminate(self, worker_index: int) -> None:
+    def terminate(self, worker_index: int, grace_seconds: float) -> None:
         workers = self.workers
         if workers is None or workers.poll(worker_index) is not None:
             return
-        workers.signal(worker_index, signal.SIGTERM)
-        if workers.wait(worker_index, STOP_GRACE_SECONDS) is None:
-            workers.signal(worker_index, signal.SIGKILL)
-            workers.wait(worker_index)
+        if grace_seconds > 0:
+            workers.signal(worker_index, signal.SIGTERM)
+            if workers.wait(worker_index, grace_seconds) is not None:
+                return
+        workers.signal(worker_index, signal.SIGKILL)
+        workers.wait(worker_index)
 
     def close(self) -> None:
         """Ends the forker and the private network's holder; each worker dies with the launcher
@@ -306,10 +312,11 @@ class _Tail:
             self.out.flush()
 
 
-def _stop_all(backend: WorkerBackend, num_workers: int) -> None:
+def _stop_all(backend: WorkerBackend, num_workers: int, grace_seconds: float) -> None:
     # In parallel: each terminate may wait out its grace period.
     stoppers = [
-        threading.Thread(target=backend.terminate, args=(index,)) for index in range(num_workers)
+        threading.Thread(target=backend.terminate, args=(index, grace_seconds))
+        for index in range(num_workers)
     ]
     for stopper in stoppers:
         stopper.start()
@@ -329,12 +336,13 @@ def run_cluster(
     for attempt in range(max_restarts + 1):
         addresses = backend.addresses(num_workers)
         tail = _Tail(backend.log_path(0), out)
+        failed = None
         try:
             for index in range(num_workers):
                 backend.start(index, cluster.tf_config_json(addresses, index), attempt)
             failed = _watch(backend, num_workers, tail)
         finally:
-            _stop_all(backend, num_workers)
+            _stop_all(backend, num_workers, _grace_for_survivors(failed))
             tail.pump()
         if failed is None:
             return
@@ -364,6 +372,20 @@ def run_cluster(
         f"worker {index} failed with exit code {code} and max_restarts={max_restarts} "
         f"restarts are used up: {reason} (log: {log_path})"
     )
+
+
+def _grace_for_survivors(failed: tuple[int, int] | None) -> float:
+    """How long the workers still running get to end after SIGTERM before SIGKILL.
+
+    The grace period lets them write a pre-emption backup (the launcher itself was stopped, or
+    a worker exited after its pre-emption backup) or tidy up after the chief has finished.
+    After any other death no survivor can save anything: every backup is a collective that
+    needs all workers, so they are killed at once rather than left stuck in a collective for
+    the grace period; the backup on disk is crash-consistent and the restart resumes from it.
+    """
+    if failed is None or failed[1] == PREEMPTED_EXIT:
+        return STOP_GRACE_SECONDS
+    return 0.0
 
 
 def _watch(backend: WorkerBackend, num_workers: int, tail: _Tail) -> tuple[int, int] | None:

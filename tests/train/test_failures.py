@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -16,7 +17,7 @@ from contract.messages import (
 )
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
-from train.launcher import LaunchError, run_cluster
+from train.launcher import STOP_GRACE_SECONDS, LaunchError, run_cluster
 
 
 class ScriptedBackend:
@@ -26,6 +27,7 @@ class ScriptedBackend:
         self.codes = codes_by_attempt
         self.tmp_path = tmp_path
         self.attempts: list[int] = []
+        self.stops: list[tuple[int, float]] = []  # (worker, grace seconds) per stop
 
     def addresses(self, num_workers: int) -> list[str]:
         return [f"127.0.0.1:{1000 + i}" for i in range(num_workers)]
@@ -40,8 +42,8 @@ class ScriptedBackend:
             return 0
         return code if worker_index == 1 else None
 
-    def terminate(self, worker_index: int) -> None:
-        pass
+    def terminate(self, worker_index: int, grace_seconds: float) -> None:
+        self.stops.append((worker_index, grace_seconds))
 
     def log_path(self, worker_index: int) -> str:
         return str(self.tmp_path / f"worker-{worker_index}.log")
@@ -75,6 +77,26 @@ def test_failures_a_restart_may_fix_restart_the_cluster(tmp_path, code):
     assert backend.attempts == [0, 1, 2]
     notices = [parse_notice(line) for line in out.getvalue().splitlines()]
     assert len(notices) == 2 and f"exit code {code}" in str(notices[0])
+
+
+@pytest.mark.parametrize(
+    ("code", "grace"),
+    [
+        # No survivor can save once a peer is gone (a save is a collective): killed at once.
+        (EXIT_BAD_INPUT, 0.0),
+        (-9, 0.0),
+        (1, 0.0),
+        # A pre-emption exit: the peers are writing the same backup and get the grace period.
+        (143, STOP_GRACE_SECONDS),
+        # The chief finished: the others tidy up.
+        (0, STOP_GRACE_SECONDS),
+    ],
+)
+def test_survivors_of_a_dead_worker_are_killed_at_once(tmp_path, code, grace):
+    backend = ScriptedBackend(tmp_path, [code])
+    with pytest.raises(LaunchError) if code != 0 else contextlib.nullcontext():
+        run_cluster(backend, 2, max_restarts=0, out=io.StringIO())
+    assert sorted(backend.stops) == [(0, grace), (1, grace)]
 
 
 @pytest.fixture
