@@ -36,6 +36,11 @@ def is_remote(path: str) -> bool:
     return bool(scheme(path))
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (Beam's workers run in other folders); URLs unchanged."""
+    return path if is_remote(path) else os.path.abspath(path)
+
+
 def check_supported(path: str, what: str = "output root") -> None:
     """Refuses a path whose scheme no stage can use, before any work is done.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from contract import layout, manifest, run_lock
+from contract import layout, manifest, run_lock, storage
 from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
 from contract.storage import UnsupportedStorageError
 
@@ -48,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         argv = argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from preprocess.config import parse_command_line
     from preprocess.errors import BadInputError, PreprocessError
-    from preprocess.pipeline import run
 
     try:
-        run(argv, hold_run_lock=True)
+        cfg, beam_args = parse_command_line(argv)
+        run_lock.hold_for_process(layout.run_dir(storage.absolute(cfg.output_root), cfg.date))
+        # The job, and TensorFlow with it, only once the flags are good and the date is ours.
+        from preprocess.pipeline import run_preprocess
+
+        run_preprocess(cfg, beam_args)
     except (UnsupportedStorageError, BadInputError) as e:  # refused; nothing published
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_BAD_INPUT

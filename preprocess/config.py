@@ -8,8 +8,12 @@ import dataclasses
 import datetime
 import difflib
 
-from contract import dates, settings
+from contract import dates, messages, settings, storage
 from preprocess.errors import BadInputError
+
+DESCRIPTION = (
+    "The preprocess job: a dataset in, balanced per-worker shard files and a manifest out."
+)
 
 # The eval split that falls back to a held-out part of the train split when the dataset has
 # no split of that name (any other eval split must exist).
@@ -237,6 +241,7 @@ def check_beam_flags(beam_args: list[str], parser: argparse.ArgumentParser) -> N
     Raises:
         BadInputError: naming the unknown flags, with the nearest known flag when there is one.
     """
+    import apache_beam  # noqa: F401  (every options class of Beam's own, registered)
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     with contextlib.suppress(ImportError):  # registers DaskOptions, where Dask is installed
@@ -265,3 +270,25 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     """The config of parsed flags."""
     config: PreprocessConfig = settings.from_flags(PreprocessConfig, args)
     return config
+
+
+def parse_command_line(argv: list[str] | None) -> tuple[PreprocessConfig, list[str]]:
+    """`python -m preprocess run`'s flags: the stage's config, checked, and Beam's flags.
+
+    Needs Beam's options but not the job (TensorFlow): bad input is refused within a second.
+
+    Raises:
+        BadInputError: a bad value or an unknown flag, named.
+        UnsupportedStorageError: a path's scheme is neither local nor gs://.
+    """
+    parser = messages.StageArgumentParser(
+        prog="python -m preprocess run", description=DESCRIPTION, allow_abbrev=False
+    )
+    add_arguments(parser)
+    args, beam_args = parser.parse_known_args(argv)
+    cfg = config_from_args(args)
+    storage.check_supported(cfg.output_root)
+    storage.check_supported(cfg.data_dir, "TFDS data dir")
+    cfg.check()
+    check_beam_flags(beam_args, parser)
+    return cfg, beam_args

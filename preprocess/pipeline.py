@@ -6,7 +6,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 from typing import Any
 
 import apache_beam as beam
@@ -14,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from contract import atomic, layout, manifest, messages, records, run_lock, storage
+from contract import atomic, layout, manifest, records, storage
 from preprocess import (
     dask_support,
     datasets,
@@ -26,12 +25,7 @@ from preprocess import (
     statistics,
     transforms,
 )
-from preprocess.config import (
-    PreprocessConfig,
-    add_arguments,
-    check_beam_flags,
-    config_from_args,
-)
+from preprocess.config import PreprocessConfig, parse_command_line
 from preprocess.errors import BadInputError, PreprocessError, from_runner_failure
 
 FILES_LIST = "_files.json"
@@ -280,7 +274,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
     drops.check_config(cfg, datasets.parse(cfg.dataset)[0])
     beam_args = list(beam_args or [])
     options = beam_options(beam_args)
-    data_dir = layout.data_dir(absolute(cfg.output_root), cfg.date)
+    data_dir = layout.data_dir(storage.absolute(cfg.output_root), cfg.date)
     manifest_path = layout.join(data_dir, layout.MANIFEST_FILE)
     if tf.io.gfile.exists(manifest_path) and not cfg.overwrite:
         raise PreprocessError(
@@ -290,7 +284,7 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
     staging = shard_set.make_staging(data_dir)
     dask_cluster = contextlib.ExitStack()  # a local Dask cluster this run starts, if any
     try:
-        source = datasets.open_source(cfg, absolute(cfg.data_dir))
+        source = datasets.open_source(cfg, storage.absolute(cfg.data_dir))
         spec = source.spec
         roles = resolve_roles(cfg, spec)
         sizes = role_sizes(roles)
@@ -346,30 +340,8 @@ def write_statistics(
     }
 
 
-def absolute(path: str) -> str:
-    """A local path made absolute (Beam workers run in other folders); URLs unchanged."""
-    return path if "://" in path else os.path.abspath(path)
-
-
-def run(argv: list[str] | None = None, hold_run_lock: bool = False) -> dict[str, Any]:
-    """Parses the stage's flags, passes the rest to Beam and runs the stage.
-
-    Args:
-        hold_run_lock: take the date's lock (`contract.run_lock`) for the rest of the process's
-            life first, as the command line does.
-
-    Raises:
-        RunLockedError: another run of the date is in progress; nothing done.
-    """
-    parser = messages.StageArgumentParser(
-        prog="python -m preprocess run", description=__doc__, allow_abbrev=False
-    )
-    add_arguments(parser)
-    args, beam_args = parser.parse_known_args(argv)
-    check_beam_flags(beam_args, parser)
-    cfg = config_from_args(args)
-    if hold_run_lock:
-        storage.check_supported(cfg.output_root)
-        cfg.check()  # a valid date before it names a folder
-        run_lock.hold_for_process(layout.run_dir(absolute(cfg.output_root), cfg.date))
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parses the stage's flags, passes the rest to Beam and runs the stage (without the date's
+    lock, which `python -m preprocess` holds)."""
+    cfg, beam_args = parse_command_line(argv)
     return run_preprocess(cfg, beam_args)

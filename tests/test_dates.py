@@ -12,6 +12,7 @@ import pytest
 from contract import dates, layout
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from tests.factories import PROJECT_ROOT
+from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 
 BAD_DATES = ["20260131", "2026-W05-6", "2026-02-30", "../x", "2026-1-5", " 2026-01-31", ""]
 
@@ -106,20 +107,12 @@ def test_the_evaluate_cli_refuses_a_bad_date(tmp_path, capsys, value):
 
 @pytest.mark.parametrize("value", ["20260131", "2026-W05-6"])
 def test_the_preprocess_cli_refuses_a_bad_date(tmp_path, value):
-    done = _run(
-        [
-            sys.executable,
-            "-m",
-            "preprocess",
-            "run",
-            "--output_root",
-            str(tmp_path / "runs"),
-            "--date",
-            value,
-        ],  # fmt: skip
-    )
+    done = _run(probe_argv("preprocess", "run", "--output_root", str(tmp_path / "runs"),
+                           "--date", value))  # fmt: skip
     _assert_refused(done, value)
     assert not (tmp_path / "runs").exists()
+    # Refused before the job (and TensorFlow) is loaded.
+    assert done.stdout.splitlines()[-1] == NOT_LOADED_LINE
 
 
 @pytest.mark.parametrize("value", ["20260131", "2026-02-30", "../x"])
