@@ -4,8 +4,8 @@
 filesystem needs; every process started here gets its environment. One FullRun of tiny
 Fashion-MNIST with two workers builds `gs://bucket/runs/<date>`; the following tests share it
 (they run in file order): a second FullRun does nothing, `--force-stage evaluate` reruns only
-Evaluate on the store, and a worker killed mid-training resumes from its backup on gs:// (on a
-copy of the first run's shard set).
+Evaluate on the store. In that one FullRun a worker is killed mid-training: the cluster
+restarts and resumes from its backup on gs://.
 Files are checked through another client (google-cloud-storage, listing the emulator's bucket)
 against the manifest.
 """
@@ -31,7 +31,10 @@ pytestmark = pytest.mark.e2e
 BUCKET = "bucket"
 ROOT = f"gs://{BUCKET}/runs"
 DATE = "2026-01-31"
-KILLED_DATE = "2026-02-01"
+# Three epochs with a backup every two steps; worker 1 is killed at its sixth step, inside the
+# second epoch.
+TRAIN_FLAGS = ("--Train-epochs=3", "--Train-save-freq-steps=2")
+KILL_AT_STEP = "1:6"
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,9 @@ def runner(gcs, tmp_path_factory):
     tfds_dir = str(tmp_path_factory.mktemp("tfds"))
     build_tiny_tfds(tfds_dir, str(sources), str(sums))
     workdir = tmp_path_factory.mktemp("cwd")
-    return GcsRunner(gcs, workdir, ROOT, tfds_dir, str(sources), str(sums))
+    runner = GcsRunner(gcs, workdir, ROOT, tfds_dir, str(sources), str(sums))
+    runner.stage_flags += TRAIN_FLAGS
+    return runner
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +115,7 @@ def read_json(bucket, name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def first_run(runner, bucket):
-    result = runner.run()
+    result = runner.run(env={"TRAIN_FAULT_KILL_AT_STEP": KILL_AT_STEP})
     assert result.returncode == 0, summary(result)
     return result, objects(bucket, f"runs/{DATE}/")
 
@@ -175,32 +180,14 @@ def test_forcing_evaluate_on_gs_moves_it_aside_on_the_store(runner, bucket, firs
     assert pointer["metrics_path"] == f"{DATE}/{old}/metrics.json"
 
 
-def copy_data(bucket, date: str) -> None:
-    """Gives `date` the first run's shard set on the store, so its Preprocess is complete."""
-    source = f"runs/{DATE}/data/"
-    for blob in bucket.client.list_blobs(bucket, prefix=source):
-        bucket.copy_blob(blob, bucket, f"runs/{date}/data/{blob.name[len(source) :]}")
-
-
-def test_killed_worker_resumes_from_its_backup_on_gs(runner, bucket, first_run):
-    # The first run already built a shard set on the store: this one only trains and evaluates.
-    copy_data(bucket, KILLED_DATE)
-    result = runner.run(
-        KILLED_DATE,
-        "--Train-epochs=3",
-        "--Train-save-freq-steps=2",
-        env={"TRAIN_FAULT_KILL_AT_STEP": "1:6"},
-    )
-    assert result.returncode == 0, summary(result)
-    ran = summary(result)[summary(result).index("ran successfully") :]
-    assert "Train(" in ran and "Preprocess(" not in ran
-    train_log = bucket.blob(f"runs/{KILLED_DATE}/logs/train.log").download_as_text()
+def test_killed_worker_resumes_from_its_backup_on_gs(bucket, first_run):
+    result, _ = first_run
+    train_log = bucket.blob(f"runs/{DATE}/logs/train.log").download_as_text()
     assert "worker 1 died" in train_log and "restarting the cluster" in train_log
     # The restart is shown where the user looks too, not only in the stage's log.
     terminal = result.stdout + result.stderr
     assert "[train] worker 1 died (exit code" in terminal
     assert "restarting the cluster (restart 1 of" in terminal
-    history = read_json(bucket, f"runs/{KILLED_DATE}/train/history.json")
+    history = read_json(bucket, f"runs/{DATE}/train/history.json")
     assert history["attempt"] == 1 and history["resumed_from_step"] > 0
     assert history["epochs_completed"] == 3
-    assert objects(bucket, f"runs/{KILLED_DATE}/evaluate/metrics.json")
