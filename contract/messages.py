@@ -27,6 +27,9 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DISK_FULL = 3
 EXIT_RETRYABLE = 138
+# A training worker's exit once the pre-emption backup is written (or could not be), as a
+# SIGTERMed process's: 128 + SIGTERM.
+EXIT_PREEMPTED = 143
 
 
 def restart_may_help(exit_code: int) -> bool:

@@ -25,6 +25,7 @@ from contract.messages import (
     ERROR_PREFIX,
     EXIT_BAD_INPUT,
     EXIT_DISK_FULL,
+    EXIT_PREEMPTED,
     notice_line,
     restart_may_help,
 )
@@ -37,9 +38,6 @@ logger = logging.getLogger(__name__)
 BAD_INPUT_EXIT_CODE = EXIT_BAD_INPUT  # a worker found bad input: restarting cannot help
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
-# A worker's exit after a pre-emption backup (train.preemption.PREEMPTED_EXIT): its peers are
-# saving the same backup and get the grace period to finish it.
-PREEMPTED_EXIT = 128 + signal.SIGTERM
 LOOPBACK = "127.0.0.1"
 
 
@@ -383,7 +381,7 @@ def _grace_for_survivors(failed: tuple[int, int] | None) -> float:
     needs all workers, so they are killed at once rather than left stuck in a collective for
     the grace period; the backup on disk is crash-consistent and the restart resumes from it.
     """
-    if failed is None or failed[1] == PREEMPTED_EXIT:
+    if failed is None or failed[1] == EXIT_PREEMPTED:
         return STOP_GRACE_SECONDS
     return 0.0
 

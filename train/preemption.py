@@ -30,11 +30,12 @@ import tensorflow as tf
 import tf_keras as keras
 from tensorflow.python.eager import context
 
+from contract.messages import EXIT_PREEMPTED
 from train import callbacks, cluster
 from train.backup import Backup, RunState
 from train.callbacks import current_step
 
-PREEMPTED_EXIT = 128 + signal.SIGTERM
+PREEMPTED_EXIT = EXIT_PREEMPTED
 # Within the launcher's grace period (train.launcher.STOP_GRACE_SECONDS, 10 s) and a pod's
 # (30 s by default); also how long a worker stuck in a collective lingers after SIGTERM.
 SAVE_SECONDS = 8.0

@@ -12,6 +12,7 @@ import pytest
 from contract.messages import (
     EXIT_BAD_INPUT,
     EXIT_DISK_FULL,
+    EXIT_PREEMPTED,
     EXIT_RETRYABLE,
     parse_notice,
 )
@@ -87,7 +88,7 @@ def test_failures_a_restart_may_fix_restart_the_cluster(tmp_path, code):
         (-9, 0.0),
         (1, 0.0),
         # A pre-emption exit: the peers are writing the same backup and get the grace period.
-        (143, STOP_GRACE_SECONDS),
+        (EXIT_PREEMPTED, STOP_GRACE_SECONDS),
         # The chief finished: the others tidy up.
         (0, STOP_GRACE_SECONDS),
     ],
