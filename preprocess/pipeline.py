@@ -25,7 +25,7 @@ from preprocess import (
     statistics,
     transforms,
 )
-from preprocess.config import PreprocessConfig, parse_command_line
+from preprocess.config import PreprocessConfig
 from preprocess.errors import BadInputError, PreprocessError, from_runner_failure
 
 FILES_LIST = "_files.json"
@@ -338,10 +338,3 @@ def write_statistics(
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
     }
-
-
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parses the stage's flags, passes the rest to Beam and runs the stage (without the date's
-    lock, which `python -m preprocess` holds)."""
-    cfg, beam_args = parse_command_line(argv)
-    return run_preprocess(cfg, beam_args)

@@ -35,7 +35,6 @@ from train import callbacks, cluster
 from train.backup import Backup, RunState
 from train.callbacks import current_step
 
-PREEMPTED_EXIT = EXIT_PREEMPTED
 # Within the launcher's grace period (train.launcher.STOP_GRACE_SECONDS, 10 s) and a pod's
 # (30 s by default); also how long a worker stuck in a collective lingers after SIGTERM.
 SAVE_SECONDS = 8.0
@@ -52,7 +51,7 @@ def _exit_preempted(why: str) -> None:
     log.warning("exiting after SIGTERM: %s", why)
     for handler in logging.getLogger().handlers + log.handlers:
         handler.flush()
-    os._exit(PREEMPTED_EXIT)
+    os._exit(EXIT_PREEMPTED)
 
 
 class SaveOnPreemption(keras.callbacks.Callback):

@@ -13,6 +13,7 @@ import pytest
 
 from contract import layout
 from preprocess import pipeline, scaled_dataset, sources
+from preprocess.config import parse_command_line
 from preprocess.errors import PreprocessError
 from tests import factories
 from tests.preprocess import conftest
@@ -187,18 +188,20 @@ def test_mismatching_source_file_is_refused(tiny_sources, tmp_path):
 
 
 def test_stage_takes_it_through_the_dataset_flag(tiny_sources, tmp_path):
-    doc = pipeline.run(
-        [
-            f"--output_root={tmp_path / 'runs'}",
-            "--date=2026-01-31",
-            "--dataset=fashion_mnist_scaled/x2",
-            f"--data_dir={tmp_path / 'tfds'}",
-            f"--manual_dir={tiny_sources[0]}",
-            f"--manual_checksums={tiny_sources[1]}",
-            "--num_workers=2",
-            "--read_chunk_size=200",
-            "--batch_size=64",
-        ]
+    doc = pipeline.run_preprocess(
+        *parse_command_line(
+            [
+                f"--output_root={tmp_path / 'runs'}",
+                "--date=2026-01-31",
+                "--dataset=fashion_mnist_scaled/x2",
+                f"--data_dir={tmp_path / 'tfds'}",
+                f"--manual_dir={tiny_sources[0]}",
+                f"--manual_checksums={tiny_sources[1]}",
+                "--num_workers=2",
+                "--read_chunk_size=200",
+                "--batch_size=64",
+            ]
+        )
     )
     assert doc["dataset"]["name"] == "fashion_mnist_scaled/x2"
     splits = doc["splits"]
