@@ -1,4 +1,5 @@
-"""`pip install .` into a clean venv: one TensorFlow, `pip check` clean, every entry point runs.
+"""The project's wheel, built by pip and installed into a clean venv: one TensorFlow, `pip check`
+clean, every entry point runs.
 
 This is the published metadata (pyproject.toml), not `make setup`'s `--no-deps` install of the
 lock; the lock only constrains versions. It needs PyPI, as `make setup` does.
@@ -48,27 +49,38 @@ def installed(tmp_path_factory) -> dict[str, Path | str]:
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = [str(bin_dir / "pip"), "--disable-pip-version-check"]
+    # The project's own wheel first, alone: its build log is what setuptools says about this
+    # project's metadata, apart from what it says while building a dependency's sdist.
+    wheels = root / "wheels"
     build = subprocess.run(
-        # The lock as constraints: the known-good versions, so the test does not change its
-        # verdict when PyPI publishes a new release of some dependency.
-        [
-            str(bin_dir / "pip"),
-            "install",
-            "-v",
-            "--disable-pip-version-check",
-            # Byte-compiling TensorFlow's thousands of files is most of an install's time and
-            # none of what is checked here; the entry points compile what they import.
-            "--no-compile",
-            "--constraint",
-            str(source / "requirements.lock"),
-            str(source),
-        ],
+        [*pip, "wheel", "-v", "--no-deps", "--wheel-dir", str(wheels), str(source)],
         capture_output=True,
         text=True,
         env=env,
         cwd=root,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = wheels.glob("nightly_trainer-*.whl")
+    install = subprocess.run(
+        # The lock as constraints: the known-good versions, so the test does not change its
+        # verdict when PyPI publishes a new release of some dependency.
+        [
+            *pip,
+            "install",
+            # Byte-compiling TensorFlow's thousands of files is most of an install's time and
+            # none of what is checked here; the entry points compile what they import.
+            "--no-compile",
+            "--constraint",
+            str(source / "requirements.lock"),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     return {"bin": bin_dir, "build_log": build.stdout + build.stderr, "env_dir": env_dir}
 
 
@@ -103,10 +115,12 @@ def test_exactly_one_tensorflow_distribution_is_installed(installed):
 
 
 def test_build_prints_no_setuptools_warning(installed):
-    # pip's own "byte-compiling is disabled" notes are not setuptools complaining about metadata.
+    log = str(installed["build_log"])
+    assert "Building wheel for nightly-trainer" in log
+    # setuptools' "byte-compiling is disabled" note is about the build, not the metadata.
     warnings = [
         line
-        for line in str(installed["build_log"]).splitlines()
+        for line in log.splitlines()
         if re.search(r"warning", line, re.IGNORECASE) and "byte-compiling" not in line
     ]
     assert warnings == []
