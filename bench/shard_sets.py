@@ -62,6 +62,7 @@ def write_shard_set(
     num_eval: int = 300,
     source_images: int | None = None,
     validate_on_test: bool = False,
+    mislabel_validation: bool = False,
 ) -> dict[str, Any]:
     """Writes a contract-conforming shard set of real Fashion-MNIST images; returns its manifest.
 
@@ -69,6 +70,9 @@ def write_shard_set(
     validation examples need: a shard set larger than Fashion-MNIST itself.
     `validate_on_test`: the validation split is the eval split's first `num_validation` test
     images, so each epoch's validation accuracy is a test accuracy.
+    `mislabel_validation`: each validation label is moved to the next class, so the validation
+    loss rises with every epoch that teaches the model more, whatever the CPU's rounding: early
+    stopping ends a run at the earliest epoch its patience allows.
     """
     n_train = per_worker * num_workers
     wanted = n_train + (0 if validate_on_test else num_validation)
@@ -81,6 +85,8 @@ def write_shard_set(
     validation = (images[n_train:], labels[n_train:])
     if validate_on_test:
         validation = fashion_mnist_arrays("test", num_validation)
+    if mislabel_validation:
+        validation = (validation[0], (validation[1] + 1) % len(CLASS_NAMES))
     files = []
     for worker in range(num_workers):
         rel = layout.worker_file_name(worker, num_workers, 0, 1)
