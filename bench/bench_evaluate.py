@@ -65,7 +65,7 @@ def run() -> list[Result]:
     return [
         Result(
             benchmark="evaluate: full eval split (10,000 examples, cnn)",
-            candidate="evaluate stage (predict + sklearn metrics)",
+            candidate="evaluate stage (predict + metrics)",
             baseline="tf_keras model.evaluate",
             candidate_value=count / candidate_seconds,
             baseline_value=count / baseline_seconds,

@@ -1,8 +1,9 @@
-"""Scoring a model on a finite split: one inference pass, then library metrics on the result.
+"""Scoring a model on a finite split: one inference pass, then the metrics of the result.
 
-Loss is Keras's sparse categorical cross-entropy and accuracy, precision, recall, F1 and the
-confusion matrix come from scikit-learn, so the numbers match `model.evaluate` and the
-textbook definitions without re-deriving either here.
+Loss is Keras's sparse categorical cross-entropy, so it matches `model.evaluate`. Accuracy,
+precision, recall, F1 and their macro averages are read off the confusion matrix by their
+textbook definitions (scikit-learn's, with `zero_division=0`: a class never predicted has
+precision 0, a class absent from the split recall 0, and F1 is 0 where both are).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from sklearn import metrics as skm
 
 
 def predict_split(model: tf_keras.Model, dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -53,15 +53,14 @@ def score(labels: np.ndarray, probabilities: np.ndarray, class_names: list[str])
             f"the model outputs {probabilities.shape[1]} classes but the dataset has "
             f"{num_classes}; was it trained on another dataset?"
         )
-    class_ids = list(range(num_classes))
     predictions = probabilities.argmax(axis=1)
     loss = tf_keras.losses.SparseCategoricalCrossentropy()(labels, probabilities)
-    precision, recall, f1, support = skm.precision_recall_fscore_support(
-        labels, predictions, labels=class_ids, zero_division=0
-    )
-    macro = skm.precision_recall_fscore_support(
-        labels, predictions, labels=class_ids, average="macro", zero_division=0
-    )
+    matrix = confusion_matrix(labels, predictions, num_classes)
+    hits = np.diag(matrix).astype(np.float64)
+    support = matrix.sum(axis=1)
+    precision = _ratio(hits, matrix.sum(axis=0))
+    recall = _ratio(hits, support)
+    f1 = _ratio(2 * precision * recall, precision + recall)
     per_class = {
         name: {
             "index": i,
@@ -74,18 +73,32 @@ def score(labels: np.ndarray, probabilities: np.ndarray, class_names: list[str])
     }
     return {
         "loss": float(loss.numpy()),
-        "accuracy": float(skm.accuracy_score(labels, predictions)),
+        "accuracy": float(hits.sum() / labels.shape[0]) if labels.shape[0] else 0.0,
         "num_examples": int(labels.shape[0]),
         "per_class": per_class,
         "macro_avg": {
-            "precision": float(macro[0]),
-            "recall": float(macro[1]),
-            "f1": float(macro[2]),
+            "precision": float(precision.mean()),
+            "recall": float(recall.mean()),
+            "f1": float(f1.mean()),
         },
         "confusion_matrix": {
             "labels": list(class_names),
             "rows": "true class",
             "columns": "predicted class",
-            "matrix": skm.confusion_matrix(labels, predictions, labels=class_ids).tolist(),
+            "matrix": matrix.tolist(),
         },
     }
+
+
+def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """Counts [num_classes, num_classes]: rows the true class, columns the predicted one."""
+    pairs = labels.astype(np.int64) * num_classes + predictions.astype(np.int64)
+    counts = np.bincount(pairs, minlength=num_classes * num_classes)
+    return counts.reshape(num_classes, num_classes)
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator elementwise, 0 where the denominator is 0."""
+    out = np.zeros(numerator.shape, np.float64)
+    np.divide(numerator, denominator, out=out, where=denominator != 0)
+    return out

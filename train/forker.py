@@ -9,8 +9,8 @@ show it as before) and environment, plus its TF_CONFIG and attempt, started in m
 
 Forking after the import is safe because importing starts nothing a worker shares: TensorFlow
 makes its thread pools, gRPC server and eager context when a worker first uses it, after the
-fork, and the only threads the import starts are numpy's and scipy's OpenBLAS servers, parked,
-which OpenBLAS itself restarts in a forked child.
+fork, and the only threads the import starts are numpy's OpenBLAS servers, parked, which
+OpenBLAS itself restarts in a forked child.
 
 `ps -o comm` tells the forker from its workers: it is named train-forker. A forked worker's
 /proc/<pid>/environ shows what the forker started with, not its own TF_CONFIG; its log's first

@@ -1,0 +1,62 @@
+"""The metrics read off the confusion matrix, against counts worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evaluate import scoring
+
+# Three classes; class 2 is never predicted and class 1 has one example. Rows: true class.
+#   true 0: predicted 0, 0, 1      true 1: predicted 1      true 2: predicted 0, 1
+LABELS = np.array([0, 0, 0, 1, 2, 2])
+PREDICTIONS = np.array([0, 0, 1, 1, 0, 1])
+NAMES = ["a", "b", "c"]
+
+
+def one_hot(predictions: np.ndarray, num_classes: int) -> np.ndarray:
+    """Softmax-like rows whose argmax is each prediction."""
+    probabilities = np.full((len(predictions), num_classes), 0.1, np.float32)
+    probabilities[np.arange(len(predictions)), predictions] = 0.8
+    return probabilities
+
+
+def test_confusion_matrix_counts_true_rows_and_predicted_columns():
+    matrix = scoring.confusion_matrix(LABELS, PREDICTIONS, 3)
+    assert matrix.tolist() == [[2, 1, 0], [0, 1, 0], [1, 1, 0]]
+
+
+def test_per_class_and_macro_metrics_match_hand_computed_values():
+    metrics = scoring.score(LABELS, one_hot(PREDICTIONS, 3), NAMES)
+    a, b, c = (metrics["per_class"][name] for name in NAMES)
+    assert (a["precision"], a["recall"], a["support"]) == (pytest.approx(2 / 3), 2 / 3, 3)
+    assert a["f1"] == pytest.approx(2 / 3)
+    # b: one of three predictions right, its one example found.
+    assert (b["precision"], b["recall"], b["support"]) == (pytest.approx(1 / 3), 1.0, 1)
+    assert b["f1"] == pytest.approx(0.5)
+    # c: never predicted, so precision 0 (not NaN), and neither example found.
+    assert (c["precision"], c["recall"], c["f1"], c["support"]) == (0.0, 0.0, 0.0, 2)
+    assert metrics["accuracy"] == pytest.approx(3 / 6)
+    assert metrics["num_examples"] == 6
+    macro = metrics["macro_avg"]
+    assert macro["precision"] == pytest.approx((2 / 3 + 1 / 3 + 0) / 3)
+    assert macro["recall"] == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert macro["f1"] == pytest.approx((2 / 3 + 0.5 + 0) / 3)
+
+
+def test_a_class_absent_from_the_split_has_recall_zero_not_nan():
+    labels = np.array([0, 0, 1])
+    metrics = scoring.score(labels, one_hot(np.array([0, 2, 1]), 3), NAMES)
+    absent = metrics["per_class"]["c"]
+    assert (absent["precision"], absent["recall"], absent["f1"], absent["support"]) == (
+        0.0,
+        0.0,
+        0.0,
+        0,
+    )
+    assert metrics["per_class"]["a"]["recall"] == pytest.approx(0.5)
+
+
+def test_a_model_with_another_class_count_is_refused():
+    with pytest.raises(ValueError, match="outputs 4 classes but the dataset has 3"):
+        scoring.score(LABELS, one_hot(PREDICTIONS, 4), NAMES)
