@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
@@ -19,6 +20,11 @@ from typing import Any, NoReturn
 ERROR_PREFIX = "error: "
 PROGRESS_PREFIX = "PROGRESS "
 NOTICE_PREFIX = "NOTICE "
+# TensorFlow's op errors quote the Python stack that defined the failing op between the node's
+# name and the cause; the worker's log keeps the whole message, the error line only the rest.
+_OP_DEFINITION_STACK = re.compile(
+    r"\s+defined at \(most recent call last\):(?:\s*File \"[^\"\n]*\", line \d+, in [^\n]*)*"
+)
 
 # Exit codes every stage uses. 1-127: a restart cannot fix it (bad input, bad settings, a
 # corrupt shard, a full disk); 128-255: it might (a vanished peer, a pre-emption). The split is
@@ -42,8 +48,9 @@ def restart_may_help(exit_code: int) -> bool:
 
 
 def error_line(message: str) -> str:
-    """The one line a failing stage prints: `error: <message>` with any newlines folded."""
-    return ERROR_PREFIX + " ".join(str(message).split())
+    """The one line a failing stage prints: `error: <message>` with any newlines folded and
+    the stack TensorFlow quotes in an op's error left out."""
+    return ERROR_PREFIX + " ".join(_OP_DEFINITION_STACK.sub(":", str(message)).split())
 
 
 def progress_line(values: dict[str, Any]) -> str:
