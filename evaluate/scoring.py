@@ -53,6 +53,12 @@ def score(labels: np.ndarray, probabilities: np.ndarray, class_names: list[str])
             f"the model outputs {probabilities.shape[1]} classes but the dataset has "
             f"{num_classes}; was it trained on another dataset?"
         )
+    outside = labels[(labels < 0) | (labels >= num_classes)]
+    if outside.size:
+        raise ValueError(
+            f"the split holds label {int(outside[0])}, outside the {num_classes} classes its "
+            "manifest names: rerun preprocess"
+        )
     predictions = probabilities.argmax(axis=1)
     loss = tf_keras.losses.SparseCategoricalCrossentropy()(labels, probabilities)
     matrix = confusion_matrix(labels, predictions, num_classes)

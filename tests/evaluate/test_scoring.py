@@ -60,3 +60,9 @@ def test_a_class_absent_from_the_split_has_recall_zero_not_nan():
 def test_a_model_with_another_class_count_is_refused():
     with pytest.raises(ValueError, match="outputs 4 classes but the dataset has 3"):
         scoring.score(LABELS, one_hot(PREDICTIONS, 4), NAMES)
+
+
+def test_a_label_outside_the_classes_is_refused_in_one_sentence():
+    labels = np.array([0, 3, 1])
+    with pytest.raises(ValueError, match="holds label 3, outside the 3 classes"):
+        scoring.score(labels, one_hot(np.array([0, 1, 1]), 3), NAMES)
