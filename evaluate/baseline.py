@@ -16,12 +16,14 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, model_code, pointer
+from evaluate import paired
 from evaluate.blessing import Baseline
+from evaluate.predictions import Predictions
 
 logger = logging.getLogger(__name__)
 
 # Any exception in loading or running a stored model means "cannot be scored any more".
-_Scorer = Callable[[tf_keras.Model], dict[str, Any]]
+_Scorer = Callable[[tf_keras.Model], tuple[dict[str, Any], Predictions]]
 
 
 def _first_line(error: BaseException) -> str:
@@ -52,6 +54,8 @@ def score(
     dataset: str,
     image_shape: list[int],
     scorer: _Scorer,
+    candidate: Predictions,
+    confidence: float,
 ) -> Baseline:
     """Scores the model `current` (the pointer) names with `scorer`, or says why it cannot.
 
@@ -61,10 +65,13 @@ def score(
         dataset: this run's dataset name.
         image_shape: this run's image shape.
         scorer: scores a loaded model on this run's eval set (the candidate's scorer), giving
-            the metrics document (accuracy, loss, ...).
+            the metrics document (accuracy, loss, ...) and the per-example predictions.
+        candidate: the candidate's per-example predictions on the same examples.
+        confidence: the level of the paired comparison's interval.
 
     Returns:
-        The baseline, with its accuracy and loss, or with the reason it was not scored.
+        The baseline, with its accuracy, loss, predictions and paired comparison with the
+        candidate, or with the reason it was not scored.
     """
 
     def unscored(reason: str) -> Baseline:
@@ -96,7 +103,7 @@ def score(
     if problem is not None:
         return unscored(problem)
     try:
-        metrics = scorer(model)
+        metrics, predictions = scorer(model)
     except Exception as e:  # noqa: BLE001 - e.g. another class count (scoring.score names it)
         return unscored(f"scoring it failed ({_first_line(e)})")
     logger.info(
@@ -104,6 +111,12 @@ def score(
         current.get("date"),
         metrics["accuracy"],
     )
+    if not (predictions.labels == candidate.labels).all():
+        return unscored("its scoring read the eval examples in another order than the candidate's")
     return Baseline(
-        pointer=current, accuracy=float(metrics["accuracy"]), loss=float(metrics["loss"])
+        pointer=current,
+        accuracy=float(metrics["accuracy"]),
+        loss=float(metrics["loss"]),
+        comparison=paired.compare(candidate.correct, predictions.correct, confidence=confidence),
+        predictions=predictions,
     )

@@ -2,12 +2,22 @@
 
 As TFX's Evaluator does, the candidate is judged against the last blessed model (the one
 `<output_root>/latest.json` names) scored on the *same* eval set as the candidate, this run's:
-a value threshold (min_accuracy) and two change thresholds against that baseline score, one
-absolute (max_regression: the accuracy may drop at most this much) and one relative
-(max_relative_regression: at most this fraction of the baseline's accuracy). When the baseline
-cannot be scored any more (another input shape, a missing or altered file, a failed load), the
-change thresholds are skipped, the candidate is judged on the value threshold alone and the
-verdict says so (`baseline.scored` false, `fallback` true).
+a value threshold (min_accuracy) and two change thresholds against that baseline, one absolute
+(max_regression: the accuracy may drop at most this much) and one relative
+(max_relative_regression: at most this fraction of the baseline's accuracy).
+
+The two models are scored on the same examples, so the change thresholds are judged on the
+paired difference with its uncertainty (evaluate.paired), not on two point estimates: a change
+threshold is a non-inferiority margin, met when the lower end of the difference's confidence
+interval lies at or above it. A small eval set gives a wide interval, and then only a candidate
+that is clearly no worse passes. The verdict also says whether the candidate is better, worse
+or not detectably different, with the interval and McNemar's p-value.
+
+When the baseline cannot be scored any more (another input shape, a missing or altered file, a
+failed load), the change thresholds are skipped, the candidate is judged on the value threshold
+alone and the verdict says so (`baseline.scored` false, `fallback` true). A rule set with no
+threshold at all blesses nothing unless `bless_without_thresholds` asks for it (TFMA's
+"rubber stamp"), and the verdict records that it did.
 
 The verdict (blessing.json) is written every time and lists each threshold's value, limit and
 pass/fail. Only a blessed run moves the pointer (`contract.pointer.write`).
@@ -20,6 +30,8 @@ import datetime
 from typing import Any
 
 from contract import dates
+from evaluate.paired import Comparison
+from evaluate.predictions import Predictions
 
 # Accuracies are ratios of counts: a drop of exactly the allowed amount must pass even when
 # float subtraction lands a hair below the limit (0.89 - 0.90 < -0.01 in binary).
@@ -36,15 +48,23 @@ class Thresholds:
             percentage point): an absolute change threshold.
         max_relative_regression: largest accuracy drop against the baseline as a fraction of
             the baseline's accuracy (0.01 is 1 % of it): a relative change threshold.
+        confidence: the level of the difference's interval the change thresholds are judged on.
+        bless_without_thresholds: with no threshold set, bless anyway (recorded as such).
     """
 
     min_accuracy: float | None = None
     max_regression: float | None = None
     max_relative_regression: float | None = None
+    confidence: float = 0.95
+    bless_without_thresholds: bool = False
 
     @property
     def has_change_thresholds(self) -> bool:
         return self.max_regression is not None or self.max_relative_regression is not None
+
+    @property
+    def empty(self) -> bool:
+        return self.min_accuracy is None and not self.has_change_thresholds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +76,16 @@ class Baseline:
         accuracy: its accuracy on this run's eval set, or None when it could not be scored.
         loss: its loss there, or None.
         unscored_reason: why it could not be scored (None when it was).
+        comparison: the candidate against it, example by example (None when not scored).
+        predictions: its per-example predictions on this run's eval set (None when not scored).
     """
 
     pointer: dict[str, Any]
     accuracy: float | None = None
     loss: float | None = None
     unscored_reason: str | None = None
+    comparison: Comparison | None = None
+    predictions: Predictions | None = None
 
     @property
     def date(self) -> str:
@@ -87,28 +111,54 @@ class Baseline:
 def _change_checks(
     accuracy: float, baseline: Baseline, thresholds: Thresholds
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The change thresholds' checks and reasons against a scored baseline."""
+    """The change thresholds' checks and reasons against a scored baseline.
+
+    Each threshold is a non-inferiority margin on the paired difference: it passes when the
+    lower end of the difference's interval is at or above it.
+    """
     assert baseline.accuracy is not None
+    comparison = baseline.comparison
+    if comparison is None:
+        raise ValueError("a scored baseline needs its paired comparison with the candidate")
     base = baseline.accuracy
-    change = accuracy - base
+    interval = (
+        f"{comparison.confidence:.0%} interval [{comparison.lower:+.4f}, {comparison.upper:+.4f}]"
+    )
     against = (
         f"accuracy {accuracy:.4f} against {base:.4f} of the last blessed model "
         f"({baseline.date}) on this run's eval set"
     )
     checks: list[dict[str, Any]] = []
-    reasons: list[str] = []
-    common = {"kind": "change", "metric": "accuracy", "candidate": accuracy, "baseline": base}
+    reasons: list[str] = [
+        f"against the last blessed model ({baseline.date}): {comparison.summary()}"
+    ]
+    common = {
+        "kind": "change",
+        "metric": "accuracy",
+        "candidate": accuracy,
+        "baseline": base,
+        "statistic": "lower end of the paired interval",
+    }
     if thresholds.max_regression is None:
         reasons.append("no absolute change threshold set (max_regression)")
     else:
         limit = -thresholds.max_regression
-        passed = change >= limit - _ROUNDING
+        passed = comparison.lower >= limit - _ROUNDING
         checks.append(
-            {"name": "max_regression", "value": change, "limit": limit, "passed": passed} | common
+            {
+                "name": "max_regression",
+                "value": comparison.lower,
+                "limit": limit,
+                "passed": passed,
+                "difference": comparison.difference,
+                "interval": [comparison.lower, comparison.upper],
+            }
+            | common
         )
         verb = "is within" if passed else "drops more than"
         reasons.append(
-            f"{against}: change {change:+.4f} {verb} max_regression {thresholds.max_regression:.4f}"
+            f"{against}: change {comparison.difference:+.4f}, {interval}, whose lower end "
+            f"{verb} max_regression {thresholds.max_regression:.4f}"
         )
     if thresholds.max_relative_regression is None:
         reasons.append("no relative change threshold set (max_relative_regression)")
@@ -118,16 +168,24 @@ def _change_checks(
             "check (max_relative_regression)"
         )
     else:
-        relative = change / base
+        lower, upper = comparison.lower / base, comparison.upper / base
         limit = -thresholds.max_relative_regression
-        passed = relative >= limit - _ROUNDING
+        passed = lower >= limit - _ROUNDING
         checks.append(
-            {"name": "max_relative_regression", "value": relative, "limit": limit, "passed": passed}
+            {
+                "name": "max_relative_regression",
+                "value": lower,
+                "limit": limit,
+                "passed": passed,
+                "difference": comparison.difference / base,
+                "interval": [lower, upper],
+            }
             | common
         )
         verb = "is within" if passed else "drops more than"
         reasons.append(
-            f"{against}: relative change {relative:+.2%} {verb} max_relative_regression "
+            f"{against}: relative change {comparison.difference / base:+.2%}, interval "
+            f"[{lower:+.2%}, {upper:+.2%}], whose lower end {verb} max_relative_regression "
             f"{thresholds.max_relative_regression:.2%}"
         )
     return checks, reasons
@@ -195,12 +253,24 @@ def decide(
             f"no change thresholds set (max_regression, max_relative_regression); the last "
             f"blessed model ({baseline.date}) scores {baseline.accuracy:.4f} on this run's eval set"
         )
+        if baseline.comparison is not None:
+            reasons.append(
+                f"against the last blessed model ({baseline.date}): {baseline.comparison.summary()}"
+            )
     else:
         change_checks, change_reasons = _change_checks(accuracy, baseline, thresholds)
         checks += change_checks
         reasons += change_reasons
 
-    blessed = all(c["passed"] for c in checks)
+    rubber_stamp = thresholds.empty and thresholds.bless_without_thresholds
+    if thresholds.empty:
+        reasons.append(
+            "blessed without thresholds: bless_without_thresholds is set"
+            if rubber_stamp
+            else "no threshold set (min_accuracy, max_regression, max_relative_regression): an "
+            "empty rule set blesses nothing unless bless_without_thresholds is set"
+        )
+    blessed = all(c["passed"] for c in checks) and (not thresholds.empty or rubber_stamp)
     move_pointer = blessed
     if blessed and baseline is not None and dates.is_later(baseline.pointer.get("date"), date):
         move_pointer = False
@@ -215,6 +285,13 @@ def decide(
         "candidate": {"date": date, "accuracy": accuracy},
         "baseline": None if baseline is None else baseline.document(),
         "fallback": fallback,
+        "comparison": (
+            None
+            if baseline is None or baseline.comparison is None
+            else baseline.comparison.document()
+        ),
+        "confidence": thresholds.confidence,
+        "bless_without_thresholds": rubber_stamp,
         "moves_latest_pointer": move_pointer,
         "decided_utc": datetime.datetime.now(datetime.UTC).isoformat(),
     }

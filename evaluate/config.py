@@ -7,6 +7,7 @@ import re
 
 from contract import dates, layout, storage
 from evaluate.blessing import Thresholds
+from evaluate.paired import check_confidence
 
 SERVING_DIR = "serving"
 DEFAULT_MODEL_NAME = "nightly"
@@ -56,6 +57,20 @@ class EvaluateConfig:
             "(0-1; 0.01 = 1% of it); empty for no relative change threshold."
         },
     )
+    confidence: float = dataclasses.field(
+        default=0.95,
+        metadata={
+            "help": "Confidence level (0.5-1) of the paired interval of the accuracy change "
+            "against the last blessed model; the change thresholds must hold at its lower end."
+        },
+    )
+    bless_without_thresholds: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Bless every model when no threshold is set (a rubber stamp, recorded in "
+            "blessing.json); without it an empty rule set is refused."
+        },
+    )
     export_base: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -84,6 +99,13 @@ class EvaluateConfig:
         relative = self.max_relative_regression
         if relative is not None and not 0.0 <= relative <= 1.0:
             raise ValueError(f"max_relative_regression is a fraction in [0, 1], got {relative}")
+        check_confidence(self.confidence)
+        if self.thresholds.empty and not self.bless_without_thresholds:
+            raise ValueError(
+                "no blessing threshold is set (min_accuracy, max_regression, "
+                "max_relative_regression): an empty rule set would bless any model; set one, "
+                "or set bless_without_thresholds to bless without them"
+            )
         if self.export_base is not None:
             storage.check_supported(self.export_base, "export base")
         check_model_name(self.model_name)
@@ -114,6 +136,8 @@ class EvaluateConfig:
             min_accuracy=self.min_accuracy,
             max_regression=self.max_regression,
             max_relative_regression=self.max_relative_regression,
+            confidence=self.confidence,
+            bless_without_thresholds=self.bless_without_thresholds,
         )
 
     @property

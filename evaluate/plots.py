@@ -87,8 +87,46 @@ def write_training_curves(history: dict[str, Any], path: str) -> bytes:
     return _save_png(figure, path)
 
 
+def write_reliability_diagram(calibration: dict[str, Any], path: str) -> bytes:
+    """Draws accuracy against mean confidence per confidence bin (evaluate.predictions).
+
+    Args:
+        calibration: `predictions.calibration`'s document (bins, count, accuracy, confidence,
+            ece).
+        path: where the PNG goes.
+
+    Returns:
+        The PNG written.
+    """
+    bins = int(calibration["bins"])
+    width = 1.0 / bins
+    lefts = np.arange(bins) * width
+    accuracy = [a if a is not None else 0.0 for a in calibration["accuracy"]]
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(6, 7), height_ratios=[3, 1], sharex=True, layout="constrained"
+    )
+    top.bar(lefts, accuracy, width=width, align="edge", edgecolor="black", label="accuracy")
+    top.plot([0, 1], [0, 1], linestyle="--", color="0.5", label="perfect calibration")
+    filled = [(c, a) for c, a in zip(calibration["confidence"], accuracy, strict=True) if c]
+    if filled:
+        top.scatter(*zip(*filled, strict=True), color="#cf222e", zorder=3, label="mean confidence")
+    top.set_ylabel("accuracy in bin")
+    top.set_ylim(0, 1)
+    top.set_title(f"Reliability diagram (expected calibration error {calibration['ece']:.4f})")
+    top.legend(loc="upper left")
+    bottom.bar(lefts, calibration["count"], width=width, align="edge", color="0.6")
+    bottom.set_xlabel("top-class probability")
+    bottom.set_ylabel("examples")
+    bottom.set_xlim(0, 1)
+    return _save_png(figure, path)
+
+
 def write_trend(
-    run_dates: list[str], accuracies: list[float], blessed: list[bool], path: str
+    run_dates: list[str],
+    accuracies: list[float],
+    blessed: list[bool],
+    path: str,
+    intervals: list[tuple[float, float] | None] | None = None,
 ) -> None:
     """Draws eval accuracy over nights, blessed nights marked apart from the others.
 
@@ -97,11 +135,26 @@ def write_trend(
         accuracies: each night's eval accuracy.
         blessed: whether each night was blessed.
         path: where the PNG goes.
+        intervals: per night, the paired interval of its accuracy change against the model it
+            was compared with (None where there was none); drawn as a bar around the point at
+            the baseline's accuracy plus the interval's ends.
     """
     # Real dates on the axis, so a missing night shows as a gap rather than a neighbour.
     days = mdates.date2num([dates.parse(d) for d in run_dates])
     figure, axes = plt.subplots(figsize=(9, 4), layout="constrained")
     axes.plot(days, accuracies, color="0.6", zorder=1)
+    bars = [(i, band) for i, band in enumerate(intervals or []) if band is not None]
+    if bars:
+        axes.vlines(
+            [days[i] for i, _ in bars],
+            [band[0] for _, band in bars],
+            [band[1] for _, band in bars],
+            color="#0969da",
+            linewidth=3,
+            alpha=0.5,
+            label="interval of the change against the baseline",
+            zorder=1.5,
+        )
     for wanted, label, marker, colour in _TREND_MARKS:
         picked = [i for i, b in enumerate(blessed) if b is wanted]
         if picked:

@@ -6,6 +6,7 @@ from typing import Any
 
 CONFUSION_MATRIX_PNG = "confusion_matrix.png"
 TRAINING_CURVES_PNG = "training_curves.png"
+RELIABILITY_PNG = "reliability.png"
 REPORT_FILE = "report.md"
 # What went to serving (evaluate.serving), written every time, pushed or not.
 PUSH_FILE = "push.json"
@@ -42,6 +43,35 @@ def baseline_line(blessing: dict[str, Any]) -> str:
     return (
         f"On this eval set: candidate accuracy {candidate:.4f}, last blessed model "
         f"({base['date']}) {base['accuracy']:.4f}."
+    )
+
+
+def comparison_line(blessing: dict[str, Any]) -> str:
+    """One sentence on the paired comparison with the last blessed model, or "" without one."""
+    comparison = blessing.get("comparison")
+    if not comparison:
+        return ""
+    return (
+        f"Example by example on the same {comparison['num_examples']:,} examples: "
+        f"**{comparison['verdict']}**, accuracy change {comparison['difference']:+.4f} with a "
+        f"{comparison['confidence']:.0%} paired bootstrap interval of "
+        f"[{comparison['lower']:+.4f}, {comparison['upper']:+.4f}] "
+        f"({comparison['resamples']:,} resamples); McNemar's exact test p = "
+        f"{comparison['p_value']:.3g} ({comparison['candidate_only']} examples only the "
+        f"candidate gets right, {comparison['baseline_only']} only the baseline). The change "
+        "thresholds are judged at the interval's lower end."
+    )
+
+
+def calibration_line(metrics: dict[str, Any]) -> str:
+    """One sentence on calibration: the expected calibration error and its bins."""
+    calibration = metrics.get("calibration")
+    if not calibration:
+        return "No calibration figures."
+    return (
+        f"Expected calibration error {calibration['ece']:.4f} over {calibration['bins']} "
+        "equal-width bins of the top-class probability: the mean gap, weighted by examples, "
+        "between a bin's accuracy and its mean confidence."
     )
 
 
@@ -95,6 +125,8 @@ def render(metrics: dict[str, Any], blessing: dict[str, Any], push: dict[str, An
         "",
         baseline_line(blessing),
         "",
+        comparison_line(blessing),
+        "",
         "| threshold | value | limit | result |",
         "|---|---|---|---|",
         *[f"| {' | '.join(row)} |" for row in check_rows(blessing)],
@@ -118,6 +150,12 @@ def render(metrics: dict[str, Any], blessing: dict[str, Any], push: dict[str, An
         "## Confusion matrix",
         "",
         f"![confusion matrix]({CONFUSION_MATRIX_PNG})",
+        "",
+        "## Calibration",
+        "",
+        calibration_line(metrics),
+        "",
+        f"![reliability diagram]({RELIABILITY_PNG})",
         "",
         "## Training",
         "",

@@ -1,6 +1,6 @@
 """The report as one self-contained HTML page, report.html beside report.md (pictures embedded).
 
-Everything the page shows comes from the metrics and blessing documents; the two pictures are
+Everything the page shows comes from the metrics and blessing documents; the pictures are
 embedded as base64 `data:` URIs, so the page opens the same when mailed or copied alone.
 """
 
@@ -43,6 +43,7 @@ $metric_rows
 </table>
 <h2>Blessing: <span class="$verdict_class">$verdict</span></h2>
 <p id="baseline">$baseline</p>
+<p id="comparison">$comparison</p>
 <table id="checks">
 <tr><th>threshold</th><th>value</th><th>limit</th><th>result</th></tr>
 $check_rows
@@ -59,6 +60,9 @@ $class_rows
 </table>
 <h2>Confusion matrix</h2>
 <img alt="confusion matrix" src="$confusion_matrix">
+<h2>Calibration</h2>
+<p id="calibration">$calibration</p>
+$reliability
 <h2>Training</h2>
 <p>$training</p>
 <img alt="training curves" src="$training_curves">
@@ -89,7 +93,8 @@ def render(
         metrics: the metrics document (as written to metrics.json).
         blessing: the blessing document (as written to blessing.json).
         push: the push document (as written to push.json).
-        pictures: PNG bytes by file name (report.CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG).
+        pictures: PNG bytes by file name (report.CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG,
+            RELIABILITY_PNG).
 
     Returns:
         The page; every text from the documents is HTML-escaped.
@@ -118,6 +123,13 @@ def render(
         verdict_class="blessed" if blessed else "not-blessed",
         verdict="blessed" if blessed else "not blessed",
         baseline=html.escape(report.baseline_line(blessing)),
+        comparison=html.escape(report.comparison_line(blessing).replace("**", "")),
+        calibration=html.escape(report.calibration_line(metrics)),
+        reliability=(
+            f'<img alt="reliability diagram" src="{data_uri(pictures[report.RELIABILITY_PNG])}">'
+            if report.RELIABILITY_PNG in pictures
+            else ""
+        ),
         check_rows="\n".join(_cells(list(row)) for row in report.check_rows(blessing)),
         push=html.escape(report.push_line(push)),
         reasons="\n".join(f"<li>{html.escape(r)}</li>" for r in blessing["reasons"]),

@@ -2,7 +2,8 @@
 
 The last blessed model (the one `<output_root>/latest.json` names) is scored on the same eval
 split as the candidate, and the verdict weighs both (evaluate.blessing). Writes into
-`<output_root>/<date>/evaluate/`: the pictures, blessing.json (the verdict, every time),
+`<output_root>/<date>/evaluate/`: the pictures, the per-example predictions of the candidate
+and of the baseline (evaluate.predictions), blessing.json (the verdict, every time),
 push.json, report.md, report.html and, last and atomically, metrics.json (the stage's
 completion marker). A blessed run is pushed to serving as a SavedModel
 (`<export_base>/<model_name>/<YYYYMMDD>/`, evaluate.serving) and moves the latest pointer to
@@ -20,8 +21,20 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, dates, layout, manifest, model_code, pointer
-from evaluate import baseline, blessing, data, plots, report, report_page, scoring, serving, trend
+from evaluate import (
+    baseline,
+    blessing,
+    data,
+    plots,
+    predictions,
+    report,
+    report_page,
+    scoring,
+    serving,
+    trend,
+)
 from evaluate.config import EvaluateConfig
+from evaluate.predictions import Predictions
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +95,11 @@ def load_model(path: str) -> tf_keras.Model:
 
 def score_model(
     config: EvaluateConfig, doc: dict[str, Any], model: tf_keras.Model
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], Predictions]:
     """Scores `model` on the whole eval split and checks the example count.
+
+    Returns:
+        The metrics document and the per-example predictions, in split order.
 
     Raises:
         data.EvalSplitError: fewer or more examples were read than the manifest declares.
@@ -107,16 +123,20 @@ def score_model(
         metrics["accuracy"],
         metrics["loss"],
     )
-    return metrics
+    return metrics, Predictions.from_probabilities(labels, probabilities)
 
 
 def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any]:
     """Scores the run's model (`config.model_path`) on the whole eval split."""
-    return score_model(config, doc, load_model(config.model_path))
+    metrics, _ = score_model(config, doc, load_model(config.model_path))
+    return metrics
 
 
 def _baseline(
-    config: EvaluateConfig, doc: dict[str, Any], current: dict[str, Any] | None
+    config: EvaluateConfig,
+    doc: dict[str, Any],
+    current: dict[str, Any] | None,
+    candidate: Predictions,
 ) -> blessing.Baseline | None:
     """The pointer's model scored on this run's eval set, or None when there is no baseline.
 
@@ -131,6 +151,8 @@ def _baseline(
         dataset=config.dataset,
         image_shape=list(doc["image_shape"]),
         scorer=lambda model: score_model(config, doc, model),
+        candidate=candidate,
+        confidence=config.confidence,
     )
 
 
@@ -239,7 +261,8 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         )
     history = read_history(config.history_path)
     model = load_model(config.model_path)
-    metrics = score_model(config, doc, model)
+    metrics, candidate = score_model(config, doc, model)
+    metrics["calibration"] = predictions.calibration(candidate)
     metrics.update(
         {
             "date": config.date,
@@ -262,6 +285,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
 
     out = config.evaluate_dir
     tf.io.gfile.makedirs(out)
+    candidate.write(layout.join(out, predictions.CANDIDATE_FILE))
     pictures = {
         report.CONFUSION_MATRIX_PNG: plots.write_confusion_matrix(
             metrics["confusion_matrix"]["matrix"],
@@ -270,6 +294,9 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         ),
         report.TRAINING_CURVES_PNG: plots.write_training_curves(
             history["history"], layout.join(out, report.TRAINING_CURVES_PNG)
+        ),
+        report.RELIABILITY_PNG: plots.write_reliability_diagram(
+            metrics["calibration"], layout.join(out, report.RELIABILITY_PNG)
         ),
     }
     # Reading the pointer, scoring its model, deciding, pushing and moving the pointer happen
@@ -282,11 +309,17 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
     decided: dict[str, Any] = {}
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        scored = _baseline(config, doc, current, candidate)
+        baseline_file = layout.join(out, predictions.BASELINE_FILE)
+        if scored is not None and scored.predictions is not None:
+            scored.predictions.write(baseline_file)
+        elif tf.io.gfile.exists(baseline_file):
+            tf.io.gfile.remove(baseline_file)  # an earlier verdict's baseline, not this one's
         verdict = blessing.decide(
             date=config.date,
             accuracy=metrics["accuracy"],
             thresholds=config.thresholds,
-            baseline=_baseline(config, doc, current),
+            baseline=scored,
             baseline_problem=_baseline_problem(config, current),
         )
         if (
@@ -302,6 +335,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             )
         metrics["blessed"] = verdict["blessed"]
         metrics["baseline_accuracy"] = (verdict["baseline"] or {}).get("accuracy")
+        metrics["comparison"] = verdict["comparison"]
         atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
         push = _push(config, doc, model, metrics, verdict)
         metrics["push"] = {k: push.get(k) for k in ("pushed", "status", "version", "path")}

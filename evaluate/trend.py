@@ -68,7 +68,8 @@ img { max-width: 100%; }
 <thead>
 <tr><th>date</th><th>accuracy</th><th>baseline</th><th>loss</th><th>blessed</th><th>why</th>
 <th>pushed</th><th>started from</th><th>days</th><th>train examples</th>
-<th>training time</th><th>epochs</th><th>workers</th><th>files</th></tr>
+<th>training time</th><th>epochs</th><th>workers</th><th>change against baseline</th>
+<th>files</th></tr>
 </thead>
 <tbody>
 $rows
@@ -104,6 +105,8 @@ class Night:
         train_examples: examples in the shard set's train split (manifest.json), or None.
         days_read: for daily drops, the days of the window that had files, or None.
         window_days: for daily drops, the window's length in days, or None.
+        comparison: the paired comparison with the baseline (blessing.json `comparison`:
+            difference, lower, upper, confidence, p_value, verdict), or None.
     """
 
     date: str
@@ -122,6 +125,15 @@ class Night:
     train_examples: int | None = None
     days_read: int | None = None
     window_days: int | None = None
+    comparison: dict[str, Any] | None = None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The candidate's accuracy range the change interval implies (baseline + ends)."""
+        if self.comparison is None or self.baseline_accuracy is None:
+            return None
+        base = self.baseline_accuracy
+        return base + float(self.comparison["lower"]), base + float(self.comparison["upper"])
 
 
 def _read_optional(path: str) -> dict[str, Any]:
@@ -173,6 +185,7 @@ def read_night(output_root: str, date: str, latest_metrics: str | None = None) -
         train_examples=_optional_number(train_split.get("num_examples"), int),
         days_read=len(drops["days_read"]) if "days_read" in drops else None,
         window_days=_optional_number(drops.get("window_days"), int),
+        comparison=verdict.get("comparison") or None,
     )
 
 
@@ -252,6 +265,16 @@ def _days(night: Night) -> str:
     return f"{night.days_read} of {_optional(night.window_days, '{}')}"
 
 
+def _change(comparison: dict[str, Any] | None) -> str:
+    """The paired change against the baseline: difference, interval, p-value and verdict."""
+    if not comparison:
+        return "–"
+    return (
+        f"{comparison['difference']:+.4f} [{comparison['lower']:+.4f}, "
+        f"{comparison['upper']:+.4f}] {comparison['verdict']}, p = {comparison['p_value']:.3g}"
+    )
+
+
 def _row(night: Night) -> str:
     verdict = '<span class="blessed">yes</span>'
     if not night.blessed:
@@ -276,6 +299,7 @@ def _row(night: Night) -> str:
         f'<td class="number">{_duration(night.training_seconds)}</td>',
         f'<td class="number">{"?" if night.epochs is None else night.epochs}</td>',
         f'<td class="number">{"?" if night.num_workers is None else night.num_workers}</td>',
+        f"<td>{html.escape(_change(night.comparison))}</td>",
         f"<td>{links}</td>",
     ]
     return f'<tr id="night-{html.escape(night.date)}">{"".join(cells)}</tr>'
@@ -311,6 +335,7 @@ def write_page(output_root: str) -> list[Night]:
         [n.accuracy for n in nights],
         [n.blessed for n in nights],
         layout.join(output_root, TREND_PNG),
+        intervals=[n.interval for n in nights],
     )
     page = render(nights, datetime.datetime.now(datetime.UTC))
     atomic.write_bytes_atomic(layout.join(output_root, INDEX_FILE), page.encode())

@@ -31,10 +31,19 @@ def run_root(trained_template, tmp_path):
 
 @pytest.fixture
 def make_config(run_root):
-    """Builds an EvaluateConfig for the copied run; keyword arguments override fields."""
+    """Builds an EvaluateConfig for the copied run; keyword arguments override fields.
+
+    Without a threshold among them the config asks explicitly to bless without thresholds:
+    these tests are about scoring, files and pointers, not about the rules.
+    """
 
     def make(**overrides) -> EvaluateConfig:
-        fields = {"output_root": str(run_root), "date": DATE, "batch_size": 128} | overrides
+        fields = {
+            "output_root": str(run_root),
+            "date": DATE,
+            "batch_size": 128,
+            "bless_without_thresholds": True,
+        } | overrides
         return EvaluateConfig(**fields)
 
     return make

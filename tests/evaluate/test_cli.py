@@ -25,13 +25,31 @@ from evaluate.__main__ import main
 def test_bad_flag_is_one_error_line(
     tmp_path, capsys: pytest.CaptureFixture[str], flag: str, value: str, named: str
 ) -> None:
-    code = main(["--output-root", str(tmp_path), "--date", "2026-01-31", flag, value])
+    # A threshold first: an empty rule set is refused on its own (the test below).
+    argv = ["--output-root", str(tmp_path), "--date", "2026-01-31", "--min-accuracy", "0"]
+    code = main([*argv, flag, value])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == EXIT_BAD_INPUT
     assert len(err) == 1
     assert err[0].startswith(ERROR_PREFIX)
     assert named in err[0] and value in err[0]
     assert "Traceback" not in err[0]
+
+
+def test_an_empty_rule_set_is_refused_in_one_line_unless_asked_for(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evaluate.__main__ import parse_args
+
+    argv = ["--output-root", str(tmp_path), "--date", "2026-01-31"]
+    assert main(argv) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(ERROR_PREFIX)
+    assert "no blessing threshold is set" in err[0] and "bless_without_thresholds" in err[0]
+    assert not list(tmp_path.iterdir())  # refused before any work
+    config = parse_args([*argv, "--bless-without-thresholds"])
+    assert config.bless_without_thresholds and config.thresholds.empty
+    assert parse_args([*argv, "--confidence", "0.9", "--max-regression", "0.01"]).confidence == 0.9
 
 
 def test_the_evaluate_task_passes_every_blessing_and_export_setting() -> None:
@@ -70,7 +88,7 @@ def test_a_truncated_model_is_named_in_one_line(run_root, capsys) -> None:
     model = run_root / DATE / "train" / "model.keras"
     with open(model, "r+b") as f:
         f.truncate(model.stat().st_size // 2)
-    code = main(["--output-root", str(run_root), "--date", DATE])
+    code = main(["--output-root", str(run_root), "--date", DATE, "--min-accuracy", "0"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ERROR_PREFIX)]
     assert code != 0
     assert len(err) == 1 and f"model {model} is unreadable" in err[0], err

@@ -9,7 +9,7 @@ import pytest
 import tf_keras
 
 from contract import atomic, layout
-from evaluate import report, run
+from evaluate import paired, predictions, report, run
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE
 
@@ -155,3 +155,39 @@ def test_an_unfinished_evaluation_named_by_the_pointer_is_no_baseline(make_confi
     run(config)
     verdict = _verdict(config)
     assert verdict["baseline"] is None and verdict["blessed"]
+
+
+def test_per_example_predictions_are_kept_and_recompute_the_verdict(make_config, run_root):
+    config = make_config(min_accuracy=0.1, max_regression=0.05)
+    doc = atomic.read_json(os.path.join(config.data_dir, layout.MANIFEST_FILE))
+    images, labels = trained_run.read_split(config.data_dir, doc, layout.TRAIN_SPLIT)
+    other = trained_run.tiny_model(doc["image_shape"], doc["num_classes"], seed=2)
+    other.fit(images, labels, batch_size=64, epochs=3, verbose=0)
+    trained_run.write_blessed_model(str(run_root), BASELINE_DATE, other, recorded_accuracy=0.5)
+
+    metrics = run(config)
+    verdict = _verdict(config)
+    candidate = predictions.read(os.path.join(config.evaluate_dir, predictions.CANDIDATE_FILE))
+    baseline = predictions.read(os.path.join(config.evaluate_dir, predictions.BASELINE_FILE))
+    _, eval_labels = _eval_split(config)
+    assert candidate.labels.tolist() == baseline.labels.tolist() == eval_labels.tolist()
+    assert candidate.correct.mean() == pytest.approx(metrics["accuracy"])
+    assert baseline.correct.mean() == pytest.approx(verdict["baseline"]["accuracy"])
+    again = paired.compare(candidate.correct, baseline.correct, confidence=config.confidence)
+    assert verdict["comparison"] == again.document() == metrics["comparison"]
+    assert again.candidate_only + again.baseline_only > 0  # two different models
+    (check,) = [c for c in verdict["checks"] if c["name"] == "max_regression"]
+    assert check["value"] == again.lower and check["passed"] is (again.lower >= -0.05)
+    assert metrics["calibration"] == predictions.calibration(candidate)
+    assert 0.0 <= metrics["calibration"]["ece"] <= 1.0
+    text = pathlib.Path(config.evaluate_dir, report.REPORT_FILE).read_text()
+    assert f"**{again.verdict}**" in text and f"p = {again.p_value:.3g}" in text
+    assert f"Expected calibration error {metrics['calibration']['ece']:.4f}" in text
+    assert os.path.getsize(os.path.join(config.evaluate_dir, report.RELIABILITY_PNG)) > 0
+
+    # Without a baseline, no baseline predictions are left from an earlier verdict.
+    os.remove(os.path.join(run_root, layout.LATEST_POINTER_FILE))
+    os.remove(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
+    run(config)
+    assert not os.path.exists(os.path.join(config.evaluate_dir, predictions.BASELINE_FILE))
+    assert _verdict(config)["comparison"] is None

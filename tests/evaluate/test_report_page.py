@@ -20,10 +20,13 @@ def test_report_page_embeds_its_pictures_and_needs_no_other_file(make_config):
     text = pathlib.Path(os.path.join(out, report_page.REPORT_HTML_FILE)).read_text()
 
     images = pages.tags(text, "img")
-    assert [i["alt"] for i in images] == ["confusion matrix", "training curves"]
-    for image, name in zip(
-        images, (report.CONFUSION_MATRIX_PNG, report.TRAINING_CURVES_PNG), strict=True
-    ):
+    assert [i["alt"] for i in images] == [
+        "confusion matrix",
+        "reliability diagram",
+        "training curves",
+    ]
+    names = (report.CONFUSION_MATRIX_PNG, report.RELIABILITY_PNG, report.TRAINING_CURVES_PNG)
+    for image, name in zip(images, names, strict=True):
         assert image["src"].startswith(DATA_URI)
         embedded = base64.b64decode(image["src"][len(DATA_URI) :])
         assert embedded == pathlib.Path(os.path.join(out, name)).read_bytes()

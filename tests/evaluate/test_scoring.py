@@ -66,3 +66,24 @@ def test_a_label_outside_the_classes_is_refused_in_one_sentence():
     labels = np.array([0, 3, 1])
     with pytest.raises(ValueError, match="holds label 3, outside the 3 classes"):
         scoring.score(labels, one_hot(np.array([0, 1, 1]), 3), NAMES)
+
+
+def test_expected_calibration_error_and_its_bins():
+    from evaluate import predictions
+
+    # Four examples at 0.95 confidence, three right; two at 0.55, both wrong.
+    preds = predictions.Predictions(
+        labels=np.array([0, 0, 0, 1, 2, 2]),
+        predicted=np.array([0, 0, 0, 0, 1, 1]),
+        confidence=np.array([0.95, 0.95, 0.95, 0.95, 0.55, 0.55], np.float32),
+    )
+    calibration = predictions.calibration(preds, bins=10)
+    assert calibration["count"] == [0, 0, 0, 0, 0, 2, 0, 0, 0, 4]
+    assert calibration["accuracy"][9] == 0.75 and calibration["accuracy"][5] == 0.0
+    assert calibration["accuracy"][0] is None and calibration["confidence"][0] is None
+    expected = (4 * abs(0.75 - 0.95) + 2 * abs(0.0 - 0.55)) / 6
+    assert calibration["ece"] == pytest.approx(expected, rel=1e-6)
+    perfect = predictions.Predictions(
+        labels=np.array([0, 1]), predicted=np.array([0, 1]), confidence=np.ones(2, np.float32)
+    )
+    assert predictions.calibration(perfect)["ece"] == pytest.approx(0.0, abs=1e-7)

@@ -173,7 +173,7 @@ def test_an_export_base_that_is_a_file_is_one_error_line(run_root, tmp_path, cap
     base = tmp_path / "serving-file"
     base.write_text("not a folder")
     argv = ["--output-root", str(run_root), "--date", DATE, "--export-base", str(base)]
-    assert main(argv) == EXIT_BAD_INPUT
+    assert main([*argv, "--min-accuracy", "0"]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"{ERROR_PREFIX}export base {base} is a file, not a folder: pass an export base folder "

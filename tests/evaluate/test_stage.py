@@ -141,6 +141,8 @@ def test_command_line(run_root, capsys, caplog):
     evaluate_dir = layout.evaluate_dir(str(run_root), DATE)
     assert os.path.exists(os.path.join(evaluate_dir, layout.METRICS_FILE))
 
-    assert main(["--output-root", str(run_root), "--date", "2026-02-01"]) == 1
+    assert (
+        main(["--output-root", str(run_root), "--date", "2026-02-01", "--min-accuracy", "0"]) == 1
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "manifest not found" in err[-1]

@@ -106,7 +106,7 @@ def test_trend_page_of_three_nights_in_chromium(chromium, three_nights, tmp_path
             else:
                 assert page.evaluate("document.title") == f"Evaluation of run {date}"
                 embedded = page.evaluate(IMAGES)
-                assert len(embedded) == 2 and _loaded(embedded), link
+                assert len(embedded) == 3 and _loaded(embedded), link
                 assert all(i["src"].startswith("data:image/png;base64,") for i in embedded)
                 (back,) = page.evaluate("Array.from(document.links).map(a => a.href)")
                 assert _path(back) == str(index)
