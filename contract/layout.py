@@ -23,6 +23,7 @@ TENSORBOARD_DIR = "tensorboard"
 # Files the evaluate stage leaves in its folder; metrics.json is written last.
 METRICS_FILE = "metrics.json"
 BLESSING_FILE = "blessing.json"
+PUSH_FILE = "push.json"  # the push to the serving folder: "pushed", "version"
 LATEST_POINTER_FILE = "latest.json"
 
 

@@ -123,7 +123,7 @@ class FullRun(RunTask, luigi.WrapperTask):
     def requires(self) -> luigi.Task:
         return Evaluate(**self.shared_params())
 
-    def complete(self) -> bool:
+    def check_complete(self) -> bool:
         # Why the preparation runs here: luigi's worker asks the root task's complete() first,
         # before it calls any requires() or any dependency's complete(), and every later hook
         # (run(), the START/SUCCESS events) fires only after Preprocess', Train's and
@@ -143,7 +143,7 @@ class FullRun(RunTask, luigi.WrapperTask):
             )
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
-        return super().complete()
+        return super().check_complete()
 
 
 def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:

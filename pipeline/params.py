@@ -17,7 +17,7 @@ from luigi.parameter import ConfigPath
 
 from contract import dates, layout, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, error_line
-from pipeline import config
+from pipeline import attempts, config
 from pipeline.stage_params import parameter_for
 from preprocess.config import PreprocessConfig
 
@@ -63,9 +63,17 @@ class RunTask(luigi.Task):
     num_workers = parameter_for(_PREPROCESS["num_workers"], _from_preprocess("num_workers"))
 
     def complete(self) -> bool:
-        # luigi asks the task it was started with for complete() before anything else runs:
-        # an unsupported output root or a parameter the stage would refuse stops the run
-        # here, with the stages' own error line.
+        # Every check is watched for the run ledger: the command line's root task begins the
+        # attempt, and a refusal raised here is recorded before luigi reports it.
+        return attempts.observe_complete(self, self.check_complete)
+
+    def check_complete(self) -> bool:
+        """Whether the task's output exists; subclasses add their checks (and refusals).
+
+        luigi asks the task it was started with before anything else runs: an unsupported
+        output root or a parameter the stage would refuse stops the run here, with the stages'
+        own error line.
+        """
         check_output_root(self.output_root)
         refuse_bad_parameters(self)
         return bool(super().complete())
@@ -99,6 +107,20 @@ class RunTask(luigi.Task):
         run_lock.hold_for_process(layout.run_dir(self.output_root, self.date_str))
 
 
+attempts.listen(RunTask)
+
+
+class BadParameterExit(SystemExit):
+    """Exit 2 after a parameter was refused in one printed line; `str()` is that refusal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_BAD_INPUT)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def refuse_bad_parameters(*tasks: RunTask) -> None:
     """Stops the program, with the stages' one error line and exit 2, when a task's parameters
     are out of range: while luigi decides what to run, so nothing has run yet (a threshold of
@@ -110,7 +132,7 @@ def refuse_bad_parameters(*tasks: RunTask) -> None:
         except ValueError as e:
             message = f"{task.task_family}: {e}; fix the parameter and rerun"
             print(error_line(message), file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT) from None
+            raise BadParameterExit(message) from None
 
 
 def plain_value(value: Any) -> Any:

@@ -54,7 +54,17 @@ GROUP_REAPER_SCRIPT = (
 
 
 class StageFailed(RuntimeError):
-    """A stage command exited non-zero; the message is the stage's own error line."""
+    """A stage command exited non-zero; the message is the stage's own error line.
+
+    Attributes:
+        stage: the stage's name (`train`).
+        reason: one line: the stage's own error message, or its exit code and log.
+    """
+
+    def __init__(self, message: str, stage: str, reason: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.reason = reason
 
 
 def run_stage(
@@ -89,12 +99,17 @@ def run_stage(
     if local_log != log_path:
         _copy_log(local_log, log_path)
     if code != 0:
-        terminal.failed(error or f"exit {code}; log: {log_path}")
+        reason = error or f"exit {code}; log: {log_path}"
+        terminal.failed(reason)
         if error is not None:
-            raise StageFailed(f"the {stage} stage failed: {error} (exit {code}; log: {log_path})")
+            raise StageFailed(
+                f"the {stage} stage failed: {error} (exit {code}; log: {log_path})", stage, reason
+            )
         raise StageFailed(
             f"the {stage} stage exited with {code}; its log is {log_path}, ending:\n"
-            + "\n".join(tail)
+            + "\n".join(tail),
+            stage,
+            reason,
         )
     terminal.done()
 

@@ -74,11 +74,11 @@ class Train(RunTask):
         # The shard set, once the data gate has let it through.
         return DataGate(**self.shared_params())
 
-    def complete(self) -> bool:
+    def check_complete(self) -> bool:
         # luigi asks before it schedules anything: a model by import path whose module or
         # function is missing stops the run here, in the train stage's words, before Preprocess.
         # A finished run counts only for the parameters it was trained with.
-        done = bool(super().complete())
+        done = super().check_complete()
         if not done:
             check_model(self.model)
         else:

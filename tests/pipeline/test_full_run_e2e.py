@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from contract import atomic, layout, run_lock
+from contract import atomic, layout, ledger, run_lock
 from tests.factories import PROJECT_ROOT
 from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
 from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
@@ -167,6 +167,16 @@ def test_full_run_writes_every_artefact(runner, first_run):
     (luigi_log,) = [name for name in logs if name.startswith("luigi-")]
     assert "Luigi Execution Summary" in (run / "logs" / luigi_log).read_text()
     assert not (run / run_lock.LOCK_FILE).exists()
+    # One attempt, one ledger record: its verdict and each stage's figures.
+    (record,) = ledger.read(str(runner.root))
+    assert (record["date"], record["entry_point"], record["outcome"]) == (
+        DATE,
+        "FullRun",
+        "blessed",
+    )
+    assert [s["stage"] for s in record["stages"]] == ["Preprocess", "DataGate", "Train", "Evaluate"]
+    assert all(s["outcome"] == "succeeded" and s["cpu_seconds"] > 0 for s in record["stages"])
+    assert record["bytes_written"] > 0 and record["peak_rss_bytes"] > 0
     # Luigi's own process ran the stages and read their results without TensorFlow: a local
     # root goes through contract.gfile.
     assert result.stdout.splitlines()[-1] == NOT_LOADED_LINE

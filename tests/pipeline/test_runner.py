@@ -82,6 +82,9 @@ def test_failure_carries_the_stages_own_error_line(tmp_path):
     message = str(failure.value)
     assert message.startswith("the train stage failed: num_workers is 3 but the shard set has 2")
     assert "(exit 2; log: " in message and "\n" not in message
+    # The run ledger keeps the stage's own line as the failure's reason.
+    assert failure.value.stage == "train"
+    assert failure.value.reason == "num_workers is 3 but the shard set has 2"
 
 
 def test_failure_without_an_error_line_quotes_the_log_tail(tmp_path):
@@ -94,6 +97,7 @@ def test_failure_without_an_error_line_quotes_the_log_tail(tmp_path):
     with pytest.raises(runner.StageFailed, match=r"exited with 3") as failure:
         runner.run_stage(Recorder(), "evaluate", command, str(tmp_path / "evaluate.log"))
     assert "line 29" in str(failure.value) and "line 9\n" not in str(failure.value)
+    assert failure.value.reason == f"exit 3; log: {tmp_path / 'evaluate.log'}"
 
 
 SPAWNER = """

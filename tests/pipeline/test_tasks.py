@@ -13,7 +13,7 @@ import traceback
 import luigi
 import pytest
 
-from contract import run_lock
+from contract import ledger, run_lock
 from evaluate.__main__ import parse_args
 from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, supersede
 from pipeline.params import plain_value
@@ -189,7 +189,11 @@ def test_bad_parameters_are_refused_before_any_stage_runs(tmp_path, task, flag, 
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(errors) == 1 and named in errors[0] and value in errors[0], errors
     assert "Traceback" not in result.stderr + result.stdout
-    assert not (tmp_path / "runs").exists()
+    # Nothing ran: the only file is the ledger's record of the refusal.
+    assert os.listdir(tmp_path / "runs") == [ledger.LEDGER_FILE]
+    (record,) = ledger.read(str(tmp_path / "runs"))
+    assert (record["entry_point"], record["outcome"]) == (task, ledger.REFUSED)
+    assert named in record["reason"] and errors[0].endswith(record["reason"])
 
 
 def write_finished_training(root, task_hparams=None, **changed) -> Train:

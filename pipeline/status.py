@@ -1,0 +1,211 @@
+"""`python -m pipeline status`: the last nights from the run ledger, one row a night.
+
+    python -m pipeline status [--output-root R] [--nights N] [--json]
+
+The table ends at today (UTC) or at the newest date in the ledger, whichever is later. Exit 0
+when its last night was evaluated (blessed or not), 1 when that night failed, was refused or is
+missing, 2 (one `error: ...` line) when the folder is not an output root.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import Any
+
+import luigi.configuration
+
+from contract import atomic, dates, gfile, layout, ledger
+from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
+from pipeline.terminal import format_duration
+
+DEFAULT_NIGHTS = 14
+MISSING = "missing"
+EVALUATED = (ledger.BLESSED, ledger.NOT_BLESSED)
+# Attempts that change nothing: a night's row shows them only when nothing else ran.
+NO_OP = (ledger.SKIPPED_COMPLETE,)
+
+
+class NotAnOutputRoot(ValueError):
+    """The folder holds no ledger, no latest pointer and no dated run folder."""
+
+
+def default_output_root() -> str:
+    """luigi.cfg's `[Preprocess] output_root`, as the pipeline reads it, else `runs`."""
+    return str(luigi.configuration.get_config().get("Preprocess", "output_root", "runs"))
+
+
+def run_dates(output_root: str) -> list[str]:
+    """The dated run folders under the output root."""
+    if not gfile.isdir(output_root):
+        return []
+    names = (name.rstrip("/") for name in gfile.listdir(output_root))
+    return sorted(name for name in names if dates.is_run_date(name))
+
+
+def check_output_root(output_root: str) -> None:
+    """Refuses a folder that is not an output root.
+
+    Raises:
+        NotAnOutputRoot: naming the folder and what to pass instead.
+    """
+    if ledger.has_ledger(output_root) or run_dates(output_root):
+        return
+    if gfile.exists(layout.join(output_root, layout.LATEST_POINTER_FILE)):
+        return
+    raise NotAnOutputRoot(
+        f"{output_root} is not an output root: it has no {ledger.LEDGER_FILE}, no "
+        f"{layout.LATEST_POINTER_FILE} and no dated run folder; pass --output-root with the "
+        "folder luigi.cfg's [Preprocess] output_root names"
+    )
+
+
+def _read_optional(path: str) -> dict[str, Any]:
+    errors: tuple[type[BaseException], ...] = (*gfile.file_errors(), ValueError)
+    try:
+        document = atomic.read_json(path)
+    except errors:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def last_attempt(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The night's attempt that ended last, leaving out no-op reruns when anything else ran."""
+    ran = [r for r in records if r.get("outcome") not in NO_OP] or records
+    return max(ran, key=lambda r: str(r.get("ended_utc") or r["started_utc"]), default=None)
+
+
+def night(output_root: str, date: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One night's row: its last attempt and what its folder holds."""
+    attempt = last_attempt(records)
+    evaluate_dir = layout.evaluate_dir(output_root, date)
+    metrics = _read_optional(layout.join(evaluate_dir, layout.METRICS_FILE))
+    blessing = _read_optional(layout.join(evaluate_dir, layout.BLESSING_FILE))
+    push = _read_optional(layout.join(evaluate_dir, layout.PUSH_FILE))
+    comparison = blessing.get("comparison") or {}
+    interval = None
+    if isinstance(comparison, dict) and {"lower", "upper"} <= comparison.keys():
+        interval = [comparison["lower"], comparison["upper"]]
+    outcome = MISSING if attempt is None else str(attempt.get("outcome"))
+    evaluated = outcome in EVALUATED or (
+        outcome in (ledger.SKIPPED_COMPLETE, ledger.SUCCEEDED) and "blessed" in blessing
+    )
+    return {
+        "date": date,
+        "outcome": outcome,
+        "attempts": len(records),
+        "evaluated": evaluated,
+        "accuracy": metrics.get("accuracy"),
+        "interval": interval,
+        "served_version": push.get("version") if push.get("pushed") else None,
+        "wall_seconds": None if attempt is None else attempt.get("wall_seconds"),
+        "disk_bytes": ledger.folder_bytes(layout.run_dir(output_root, date)),
+        "stage": None if attempt is None else attempt.get("stage"),
+        "reason": None if attempt is None else attempt.get("reason"),
+    }
+
+
+def nights(output_root: str, count: int, today: datetime.date | None = None) -> list[dict]:
+    """The last `count` nights, oldest first, ending at today or the newest ledger date.
+
+    Nights before the ledger's first are left out; the last night always has its row.
+    """
+    records = [r for r in ledger.read(output_root) if dates.is_run_date(r.get("date"))]
+    by_date: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_date.setdefault(record["date"], []).append(record)
+    known = sorted(dates.parse(d) for d in by_date)
+    end = max([today or datetime.datetime.now(datetime.UTC).date(), *known[-1:]])
+    first = known[0] if known else end
+    days = [end - datetime.timedelta(days=back) for back in reversed(range(count))]
+    return [
+        night(output_root, day.isoformat(), by_date.get(day.isoformat(), []))
+        for day in days
+        if day >= first
+    ]
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def accuracy_text(row: dict[str, Any]) -> str:
+    """`0.9123 [-0.004, +0.006]` with the blessing's interval of the change, else `0.9123`."""
+    if not isinstance(row["accuracy"], (int, float)):
+        return "-"
+    text = f"{row['accuracy']:.4f}"
+    if row["interval"] is not None:
+        lower, upper = row["interval"]
+        text += f" [{lower:+.3f}, {upper:+.3f}]"
+    return text
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as an aligned text table, a failure's stage and reason at the end of its row."""
+    lines = [("date", "outcome", "accuracy", "served", "wall", "disk", "tries", "note")]
+    for row in rows:
+        note = f"{row['stage']}: {row['reason']}" if row["reason"] else ""
+        wall = row["wall_seconds"]
+        lines.append(
+            (
+                row["date"],
+                row["outcome"],
+                accuracy_text(row),
+                "-" if row["served_version"] is None else str(row["served_version"]),
+                "-" if wall is None else format_duration(wall),
+                _size(row["disk_bytes"]) if row["disk_bytes"] else "-",
+                str(row["attempts"]),
+                note,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
+    return "\n".join(
+        "  ".join(
+            [*(cell.ljust(w) for cell, w in zip(line, widths, strict=False)), line[-1]]
+        ).rstrip()
+        for line in lines
+    )
+
+
+def exit_status(rows: list[dict[str, Any]]) -> int:
+    """0 when the last night was evaluated, 1 when it failed, was refused or is missing."""
+    return 0 if rows and rows[-1]["evaluated"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the table (or `--json`); returns the exit status."""
+    parser = StageArgumentParser(
+        prog="python -m pipeline status", description="The last nights from the run ledger."
+    )
+    parser.add_argument(
+        "--output-root", help="the output root; default: luigi.cfg's [Preprocess] output_root"
+    )
+    parser.add_argument("--nights", type=int, default=DEFAULT_NIGHTS, help="nights to show")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.nights < 1:
+        parser.error(f"--nights must be at least 1, got {args.nights}")
+    output_root = args.output_root or default_output_root()
+    errors: tuple[type[BaseException], ...] = (NotAnOutputRoot, *gfile.file_errors())
+    try:
+        check_output_root(output_root)
+        rows = nights(output_root, args.nights)
+    except errors as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    code = exit_status(rows)
+    if args.json:
+        document = {"output_root": output_root, "exit_status": code, "nights": rows}
+        print(json.dumps(document, indent=2))
+    else:
+        print(table(rows))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
