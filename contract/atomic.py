@@ -34,6 +34,14 @@ def sync_folder(path: str) -> None:
         fsync_path(path or ".")
 
 
+def sync_tree(path: str) -> None:
+    """Flushes every file under a local folder, then every folder's entries, to the disk."""
+    for directory, _, files in os.walk(path, topdown=False):
+        for name in files:
+            fsync_path(os.path.join(directory, name))
+        fsync_path(directory)
+
+
 def replace_durably(tmp: str, path: str) -> None:
     """Renames the complete file `tmp` over `path`, durably.
 

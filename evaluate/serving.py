@@ -296,11 +296,15 @@ def _files_under(folder: str) -> list[str]:
 def _move_into_place(staged: str, final: str) -> None:
     """Moves a finished version folder into place; the marker appears last.
 
-    A local folder moves with one rename. On gs:// the files are copied, the model's graph
-    (saved_model.pb) after its variables and the marker after everything.
+    A local folder moves with one rename, its files and folders flushed to the disk before it
+    and the served folder's entry after it, so a power loss never leaves a version folder
+    whose files are empty. On gs:// the files are copied, the model's graph (saved_model.pb,
+    without which nothing loads) after its variables and the marker after everything.
     """
     if not storage.is_remote(final):
+        atomic.sync_tree(staged)
         tf.io.gfile.rename(staged, final)
+        atomic.sync_folder(final.rsplit("/", 1)[0])
         return
     files = _files_under(staged)
     last = [name for name in (SAVED_MODEL_PB, PUSH_MARKER) if name in files]

@@ -20,7 +20,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, dates, layout, manifest, model_code, pointer
+from contract import atomic, dates, gfile, layout, manifest, model_code, pointer
 from evaluate import (
     baseline,
     blessing,
@@ -30,6 +30,7 @@ from evaluate import (
     report,
     report_page,
     scoring,
+    served,
     serving,
     trend,
 )
@@ -237,6 +238,46 @@ def _write_report(
     )
 
 
+def _take_back(config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any]) -> str | None:
+    """Takes the pointer back from this run's model when this evaluation does not bless it.
+
+    A re-evaluation with stricter thresholds (`--force-stage evaluate`) can reject the model
+    the pointer names; the pointer then returns to the last blessed, not rolled-back night
+    before this date (its served version moved back from quarantine if need be), or is removed
+    when there is none. The caller holds the pointer's lock.
+
+    Returns:
+        What was done, in one sentence, or None when the pointer names another model.
+    """
+    current = pointer.read(config.output_root)
+    if verdict["blessed"] or current is None or current.get("model_sha256") != model_sha256:
+        return None
+    previous = served.last_blessed_before(config.output_root, config.date)
+    if previous is None:
+        gfile.remove(config.latest_pointer_path)
+        said = (
+            f"latest.json named this model, which this evaluation does not bless, and no "
+            f"earlier blessed night is left to return to: {config.latest_pointer_path} removed"
+        )
+    else:
+        if previous["version"] not in served.served_versions(
+            config.serving_base, config.model_name
+        ):
+            served.restore(
+                config.serving_base,
+                config.model_name,
+                previous["version"],
+                previous["model_sha256"],
+            )
+        pointer.write(config.output_root, previous)
+        said = (
+            f"latest.json named this model, which this evaluation does not bless: taken back "
+            f"to {previous['date']}, the last blessed night before it"
+        )
+    logger.warning("%s", said)
+    return said
+
+
 def run(config: EvaluateConfig) -> dict[str, Any]:
     """Evaluates one run's model against the last blessed one, pushes it and moves `latest`
     if blessed.
@@ -341,6 +382,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         metrics["push"] = {k: push.get(k) for k in ("pushed", "status", "version", "path")}
         _write_report(config, metrics, verdict, push, pictures)
         decided["verdict"] = verdict
+        decided["push"] = push
         if not verdict["moves_latest_pointer"]:
             return None
         # Stored relative to output_root: a moved or re-mounted runs folder keeps it valid.
@@ -352,14 +394,28 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             "loss": metrics["loss"],
             "dataset": config.dataset,
             "metrics_path": layout.join(out, layout.METRICS_FILE),
+            "version": push["version"],
             "updated_utc": verdict["decided_utc"],
         }
 
-    if pointer.update(config.output_root, decide) is not None:
-        logger.info("blessed: %s now points at %s", config.latest_pointer_path, config.model_path)
-    else:
-        reasons = decided["verdict"]["reasons"]
-        logger.info("not moving the latest pointer: %s", "; ".join(reasons))
+    # Served versions newer than the pointer's (a push whose pointer move never happened) are
+    # quarantined before deciding and again after: a retried pointer write may have decided
+    # otherwise than the push did (evaluate.served).
+    with pointer.pointer_lock(config.output_root):
+        served.reconcile(config.output_root, config.serving_base, config.model_name)
+        if pointer.update(config.output_root, decide, locked=True) is not None:
+            logger.info(
+                "blessed: %s now points at %s", config.latest_pointer_path, config.model_path
+            )
+        else:
+            verdict = decided["verdict"]
+            logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
+            taken_back = _take_back(config, metrics["model"]["sha256"], verdict)
+            if taken_back is not None:
+                verdict["reasons"].append(taken_back)
+                atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)
+                _write_report(config, metrics, verdict, decided["push"], pictures)
+        served.reconcile(config.output_root, config.serving_base, config.model_name)
     # Last: its presence is what marks the stage complete.
     atomic.write_json_atomic(layout.join(out, layout.METRICS_FILE), metrics)
     # After the marker, so the page has this night's row; under the pointer's lock again, so

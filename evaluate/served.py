@@ -1,0 +1,264 @@
+"""What is served agrees with what was blessed: the pointer, the served versions, quarantine.
+
+The invariant: the model `latest.json` names, the newest version under
+`<export_base>/<model_name>/` (the one TF Serving's default policy serves) and the last blessed,
+not rolled-back night are one model (sha256). Evaluate pushes a blessed model, then moves the
+pointer, then writes metrics.json; a crash between the push and the pointer leaves a served
+version newer than the pointer's. `reconcile`, run by every evaluation (before and after it
+decides, under the pointer's lock) and by rollback, repairs that: a served version newer than
+the one the pointer names has no blessed night behind it and is moved out of the served folder
+into `<export_base>/<model_name>.quarantine/<version>-<UTC time>/` (never deleted), with one
+line saying so. `problems` lists what does not agree, for a status check or a test.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from typing import Any
+
+from contract import atomic, dates, gfile, layout, pointer, storage
+from evaluate import report, serving
+
+logger = logging.getLogger(__name__)
+
+QUARANTINE_SUFFIX = ".quarantine"
+QUARANTINE_NOTE = "quarantined.json"
+# In `<date>/evaluate/`: the night was rolled back past; it is no longer a blessed night to
+# return to (a re-evaluation of the date moves the file aside with the rest).
+ROLLED_BACK_FILE = "rolled_back.json"
+
+
+class NightError(Exception):
+    """A night cannot be served: not blessed, not pushed, or its model is gone or changed."""
+
+
+def model_dir(export_base: str, model_name: str) -> str:
+    return layout.join(export_base, model_name)
+
+
+def quarantine_dir(export_base: str, model_name: str) -> str:
+    """Beside the served folder, where TF Serving does not look."""
+    return layout.join(export_base, model_name + QUARANTINE_SUFFIX)
+
+
+def served_versions(export_base: str, model_name: str) -> list[int]:
+    """The version folders TF Serving would consider (names that are whole numbers), sorted."""
+    folder = model_dir(export_base, model_name)
+    if not gfile.isdir(folder):
+        return []
+    names = (name.rstrip("/") for name in gfile.listdir(folder))
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def pointer_version(current: dict[str, Any]) -> int:
+    """The served version the pointer's model was pushed as."""
+    version = current.get("version")
+    if isinstance(version, int):
+        return version
+    return serving.version_for_date(str(current["date"]))
+
+
+def _utc_stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _move_folder(source: str, target: str) -> None:
+    """Moves a version folder: one rename locally; on gs:// a copy, then the source removed
+    marker and graph first, so what is left behind never looks like a finished model."""
+    if not storage.is_remote(source):
+        gfile.makedirs(os.path.dirname(target))
+        os.rename(source, target)
+        atomic.sync_folder(os.path.dirname(target))
+        atomic.sync_folder(os.path.dirname(source))
+        return
+    files = []
+    for directory, _, names in gfile.walk(source):
+        rel = directory[len(source) :].strip("/")
+        files += [f"{rel}/{name}" if rel else name for name in names]
+    for name in files:
+        destination = layout.join(target, name)
+        gfile.makedirs(destination.rsplit("/", 1)[0])
+        gfile.copy(layout.join(source, name), destination, overwrite=True)
+    for name in (serving.PUSH_MARKER, serving.SAVED_MODEL_PB):
+        if name in files:
+            gfile.remove(layout.join(source, name))
+    gfile.rmtree(source)
+
+
+def quarantine(export_base: str, model_name: str, version: int, reason: str) -> str:
+    """Moves a served version out of the served folder, never deleting it.
+
+    Returns:
+        The folder it now lives in.
+    """
+    source = layout.join(model_dir(export_base, model_name), str(version))
+    target = layout.join(quarantine_dir(export_base, model_name), f"{version}-{_utc_stamp()}")
+    _move_folder(source, target)
+    atomic.write_json_atomic(
+        layout.join(target, QUARANTINE_NOTE),
+        {
+            "version": version,
+            "reason": reason,
+            "from": source,
+            "quarantined_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+        },
+    )
+    logger.warning("moved serving version %d out of %s to %s: %s", version, source, target, reason)
+    return target
+
+
+def restore(export_base: str, model_name: str, version: int, model_sha256: str) -> bool:
+    """Moves a quarantined copy of `version` holding `model_sha256` back into the served folder.
+
+    Returns:
+        Whether one was found and moved back.
+    """
+    folder = quarantine_dir(export_base, model_name)
+    if not gfile.isdir(folder):
+        return False
+    names = sorted((n.rstrip("/") for n in gfile.listdir(folder)), reverse=True)
+    for name in names:
+        if not name.startswith(f"{version}-"):
+            continue
+        candidate = layout.join(folder, name)
+        marker = serving.read_marker(candidate)
+        if marker is not None and marker.get("model_sha256") == model_sha256:
+            if gfile.exists(layout.join(candidate, QUARANTINE_NOTE)):
+                gfile.remove(layout.join(candidate, QUARANTINE_NOTE))
+            _move_folder(candidate, layout.join(model_dir(export_base, model_name), str(version)))
+            logger.warning("moved serving version %d back from %s", version, candidate)
+            return True
+    return False
+
+
+def reconcile(output_root: str, export_base: str, model_name: str) -> list[str]:
+    """Quarantines every served version newer than the one the pointer names.
+
+    Such a version has no blessed night behind it: a push whose pointer move never happened
+    (a crash, or a verdict that changed on a retried pointer write), or a night rolled back
+    past. The caller holds the pointer's lock, so no push is half way.
+
+    Returns:
+        The quarantine folders the versions were moved to.
+    """
+    current = pointer.read(output_root)
+    keep = None if current is None else pointer_version(current)
+    moved = []
+    for version in served_versions(export_base, model_name):
+        if keep is not None and version <= keep:
+            continue
+        reason = (
+            "no latest.json names a blessed model"
+            if current is None
+            else f"it is newer than version {keep}, the model latest.json names "
+            f"({current.get('date')}): no blessed night is behind it"
+        )
+        moved.append(quarantine(export_base, model_name, version, reason))
+    return moved
+
+
+def problems(output_root: str, export_base: str, model_name: str) -> list[str]:
+    """How the pointer, the served versions and the blessed nights disagree ([] when they
+    agree); each item is one sentence."""
+    found = []
+    current = pointer.read(output_root)
+    versions = served_versions(export_base, model_name)
+    if current is None:
+        if versions:
+            found.append(f"no latest.json, but versions {versions} are served")
+        return found
+    sha = current.get("model_sha256")
+    model_path = pointer.resolve(output_root, str(current.get("model_path")))
+    if not gfile.exists(model_path):
+        found.append(f"latest.json names {model_path}, which is missing")
+    elif atomic.sha256_file(model_path) != sha:
+        found.append(f"latest.json's model {model_path} does not have the sha256 it records")
+    metrics_path = current.get("metrics_path")
+    if isinstance(metrics_path, str) and metrics_path:
+        verdict_path = layout.join(
+            os.path.dirname(pointer.resolve(output_root, metrics_path)), layout.BLESSING_FILE
+        )
+        if not gfile.exists(verdict_path) or not atomic.read_json(verdict_path).get("blessed"):
+            found.append(f"latest.json names {current.get('date')}, whose verdict is not blessed")
+    if not versions:
+        found.append(f"latest.json names version {pointer_version(current)}, but none is served")
+        return found
+    newest = versions[-1]
+    if newest != pointer_version(current):
+        found.append(
+            f"the newest served version is {newest}, not {pointer_version(current)}, the one "
+            "latest.json names"
+        )
+    marker = serving.read_marker(layout.join(model_dir(export_base, model_name), str(newest)))
+    if marker is None or marker.get("model_sha256") != sha:
+        found.append(f"served version {newest} does not hold the model latest.json names")
+    return found
+
+
+def night_pointer(output_root: str, date: str) -> dict[str, Any]:
+    """The pointer to a blessed, pushed night's model, its model file checked.
+
+    Raises:
+        NightError: the night was never evaluated, not blessed or not pushed, or its model file
+            is missing or no longer has the sha256 its evaluation recorded.
+    """
+    evaluate_dir = layout.evaluate_dir(output_root, date)
+    metrics_path = layout.join(evaluate_dir, layout.METRICS_FILE)
+    if not gfile.exists(metrics_path):
+        raise NightError(f"{date} has no finished evaluation ({metrics_path} is missing)")
+    verdict_path = layout.join(evaluate_dir, layout.BLESSING_FILE)
+    verdict = atomic.read_json(verdict_path) if gfile.exists(verdict_path) else {}
+    if not verdict.get("blessed"):
+        raise NightError(f"{date} was not blessed ({verdict_path})")
+    push_path = layout.join(evaluate_dir, report.PUSH_FILE)
+    push = atomic.read_json(push_path) if gfile.exists(push_path) else {}
+    if not push.get("pushed"):
+        raise NightError(f"{date}'s blessed model was never pushed to serving ({push_path})")
+    metrics = atomic.read_json(metrics_path)
+    model = metrics["model"]
+    model_path = pointer.resolve(output_root, model["path"])
+    if not gfile.exists(model_path):
+        raise NightError(f"{date}'s model {model_path} is missing")
+    if atomic.sha256_file(model_path) != model["sha256"]:
+        raise NightError(
+            f"{date}'s model {model_path} has changed since it was blessed (its sha256 is not "
+            f"the {model['sha256'][:16]}… its metrics.json records)"
+        )
+    return {
+        "date": date,
+        "model_path": model_path,
+        "model_sha256": model["sha256"],
+        "accuracy": metrics["accuracy"],
+        "loss": metrics["loss"],
+        "dataset": metrics["dataset"]["name"],
+        "metrics_path": metrics_path,
+        "version": int(push["version"]),
+        "updated_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+    }
+
+
+def rolled_back(output_root: str, date: str) -> bool:
+    return bool(gfile.exists(layout.join(layout.evaluate_dir(output_root, date), ROLLED_BACK_FILE)))
+
+
+def run_dates(output_root: str) -> list[str]:
+    """The dated run folders under the root, oldest first."""
+    if not gfile.isdir(output_root):
+        return []
+    names = {name.rstrip("/") for name in gfile.listdir(output_root)}
+    return sorted(filter(dates.is_run_date, names), key=dates.parse)
+
+
+def last_blessed_before(output_root: str, date: str) -> dict[str, Any] | None:
+    """The pointer to the newest blessed, pushed, not rolled-back night before `date`."""
+    earlier = [d for d in run_dates(output_root) if dates.parse(d) < dates.parse(date)]
+    for night in reversed(earlier):
+        if rolled_back(output_root, night):
+            continue
+        try:
+            return night_pointer(output_root, night)
+        except NightError as e:
+            logger.info("not returning to %s: %s", night, e)
+    return None

@@ -1,0 +1,196 @@
+"""What is served is what was blessed: after a crash at any step, a reversed verdict, a repair."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from contract import atomic, layout, pointer
+from evaluate import EvaluateConfig, run, served, serving
+from pipeline import supersede
+from tests.evaluate import trained_run
+from tests.evaluate.conftest import DATE
+
+EARLIER = "2026-01-30"
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: no `except Exception` in the code under test catches it."""
+
+
+# Every call of the stage that changes the filesystem; the process "dies" right after one of
+# those that touch what is served or decided (the pictures and predictions before them, and
+# the trend page after them, bear on neither).
+KILL_POINTS = ("serving", "latest.json", "blessing.json", "push.json", "metrics.json")
+STEPS: list[tuple[Any, str]] = [
+    (os, "rename"),
+    (os, "replace"),
+    (os, "makedirs"),
+    (os, "remove"),
+    (tf.io.gfile, "rename"),
+    (tf.io.gfile, "copy"),
+    (tf.io.gfile, "rmtree"),
+    (tf.io.gfile, "remove"),
+    (tf.io.gfile, "makedirs"),
+]
+
+
+def _kill_after(monkeypatch: pytest.MonkeyPatch, step: int) -> list[str]:
+    done: list[str] = []
+
+    def wrap(owner: Any, name: str) -> Callable[..., Any]:
+        real = getattr(owner, name)
+
+        def changed(*args: Any, **kwargs: Any) -> Any:
+            if len(done) >= step:  # dead: a `finally` of the code under test changes nothing
+                raise Killed("after death")
+            result = real(*args, **kwargs)
+            if not any(point in str(args[:1]) for point in KILL_POINTS):
+                return result
+            done.append(f"{name}{args[:1]}")
+            if len(done) == step:
+                raise Killed(done[-1])
+            return result
+
+        return changed
+
+    for owner, name in STEPS:
+        monkeypatch.setattr(owner, name, wrap(owner, name))
+    return done
+
+
+def _config(root, date=DATE, **thresholds) -> EvaluateConfig:
+    thresholds = thresholds or {"min_accuracy": 0.0, "max_regression": 0.5}
+    return EvaluateConfig(output_root=str(root), date=date, batch_size=128, **thresholds)
+
+
+def _problems(root) -> list[str]:
+    return served.problems(str(root), layout.join(str(root), "serving"), "nightly")
+
+
+def _reconcile(root) -> list[str]:
+    with pointer.pointer_lock(str(root)):
+        return served.reconcile(str(root), layout.join(str(root), "serving"), "nightly")
+
+
+def _quarantined(root) -> list[str]:
+    folder = served.quarantine_dir(os.path.join(str(root), "serving"), "nightly")
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+@pytest.fixture
+def two_nights(trained_template, tmp_path):
+    """`<tmp>/runs`: EARLIER evaluated, blessed and served; DATE trained (another model)."""
+    template, info = trained_template
+    root = tmp_path / "runs"
+    shutil.copytree(template / DATE, root / EARLIER)
+    run(_config(root, EARLIER))
+    shutil.copytree(template / DATE, root / DATE)
+    doc = info["manifest"]
+    images, labels = trained_run.read_split(str(root / DATE / "data"), doc, layout.TRAIN_SPLIT)
+    other = trained_run.tiny_model(doc["image_shape"], doc["num_classes"], seed=3)
+    other.fit(images, labels, batch_size=64, epochs=1, verbose=0)
+    other.save(str(root / DATE / "train" / layout.MODEL_FILE))
+    assert _problems(root) == []
+    return root
+
+
+def test_a_kill_after_any_step_of_evaluate_and_push_is_repaired_by_the_next_command(
+    two_nights, tmp_path, monkeypatch
+):
+    step = 0
+    outcomes = set()
+    while True:
+        step += 1
+        root = tmp_path / f"step-{step}"
+        shutil.copytree(two_nights, root)
+        with monkeypatch.context() as patched:
+            done = _kill_after(patched, step)
+            try:
+                run(_config(root))
+            except Killed:
+                pass
+            else:
+                break  # every step ran: the last kill point is passed
+        assert len(done) == step
+        # What the next command (an evaluation, a rollback) does first, then the invariant.
+        _reconcile(root)
+        assert _problems(root) == [], (step, done[-1])
+        outcomes.add(pointer.read(str(root))["date"])
+        shutil.rmtree(root)
+    assert step > 6
+    assert outcomes == {EARLIER, DATE}  # killed both before and after the pointer moved
+    # The last copy ran to the end: DATE is blessed and served.
+    assert _problems(root) == [] and pointer.read(str(root))["date"] == DATE
+
+
+def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
+    two_nights, monkeypatch
+):
+    root = two_nights
+    real_write = pointer.write
+
+    def killed(*args, **kwargs):
+        raise Killed("before the pointer moved")
+
+    monkeypatch.setattr(pointer, "write", killed)
+    with pytest.raises(Killed):
+        run(_config(root))
+    monkeypatch.setattr(pointer, "write", real_write)
+    version = serving.version_for_date(DATE)
+    assert served.served_versions(str(root / "serving"), "nightly")[-1] == version
+    assert "the newest served version is 20260131, not 20260130" in " ".join(_problems(root))
+
+    # The next evaluation (a rerun of the night, stricter) repairs first, then decides.
+    run(_config(root, min_accuracy=0.999))
+    assert _problems(root) == []
+    assert pointer.read(str(root))["date"] == EARLIER
+    (moved,) = _quarantined(root)
+    assert moved.startswith(f"{version}-")
+    folder = root / "serving" / "nightly.quarantine" / moved
+    note = atomic.read_json(str(folder / served.QUARANTINE_NOTE))
+    assert "no blessed night is behind it" in note["reason"]
+    assert serving.read_marker(str(folder)) is not None
+
+
+@pytest.mark.parametrize("earlier_night", [True, False])
+def test_a_reversed_verdict_takes_pointer_and_served_version_back(
+    two_nights, trained_template, tmp_path, earlier_night
+):
+    root = two_nights
+    if not earlier_night:
+        root = tmp_path / "alone"
+        shutil.copytree(two_nights / DATE, root / DATE)
+    run(_config(root))
+    assert pointer.read(str(root))["date"] == DATE and _problems(root) == []
+
+    supersede.supersede(str(root), DATE, "evaluate")  # --force-stage evaluate
+    metrics = run(_config(root, min_accuracy=0.999))
+    assert not metrics["blessed"]
+    verdict = atomic.read_json(str(root / DATE / "evaluate" / layout.BLESSING_FILE))
+    versions = served.served_versions(str(root / "serving"), "nightly")
+    assert _quarantined(root)[0].startswith("20260131-")
+    if earlier_night:
+        assert pointer.read(str(root))["date"] == EARLIER
+        assert versions == [20260130]
+        assert any(f"taken back to {EARLIER}" in r for r in verdict["reasons"])
+        assert _problems(root) == []
+    else:
+        assert pointer.read(str(root)) is None and versions == []
+        assert any("no earlier blessed night is left" in r for r in verdict["reasons"])
+        assert _problems(root) == []
+
+
+def test_the_pointer_records_the_served_version_and_a_local_export_is_complete(two_nights):
+    run(_config(two_nights))
+    current = pointer.read(str(two_nights))
+    assert current["version"] == serving.version_for_date(DATE)
+    loaded = tf.saved_model.load(str(two_nights / "serving" / "nightly" / str(current["version"])))
+    assert serving.SERVING_SIGNATURE in loaded.signatures
+    assert not isinstance(loaded, tf_keras.Model)
