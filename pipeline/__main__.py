@@ -3,19 +3,33 @@
 With no task name it runs `FullRun`, so `python -m pipeline --local-scheduler` is the nightly
 run. Exit codes follow luigi.cfg's `[retcode]` section, as with the `luigi` command.
 `python -m pipeline status ...` prints the last nights from the run ledger instead
-(`pipeline.status`).
+(`pipeline.status`), and `python -m pipeline rollback --to DATE ...` serves an earlier blessed
+night's model again (`evaluate.rollback`).
 """
 
 from __future__ import annotations
 
 import sys
 
+import luigi.configuration
 from luigi.cmdline import luigi_run
 
 from pipeline import attempts, status
 
 DEFAULT_TASK = "FullRun"
 STATUS_COMMAND = "status"
+ROLLBACK_COMMAND = "rollback"
+
+
+def rollback_defaults() -> dict[str, str]:
+    """luigi.cfg's output root, export base and model name, as a night would use them."""
+    config = luigi.configuration.get_config()
+    found = {
+        "output_root": status.default_output_root(),
+        "export_base": config.get("Evaluate", "export_base", None),
+        "model_name": config.get("Evaluate", "model_name", None),
+    }
+    return {key: str(value) for key, value in found.items() if value}
 
 
 def luigi_argv(argv: list[str]) -> list[str]:
@@ -30,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == [STATUS_COMMAND]:
         return status.main(args[1:])
+    if args[:1] == [ROLLBACK_COMMAND]:
+        # Only now: the rollback reads served SavedModels' markers through TensorFlow.
+        from evaluate import rollback
+
+        return rollback.main(args[1:], rollback_defaults())
     try:
         luigi_run(luigi_argv(args))
     finally:

@@ -25,6 +25,7 @@ MISSING = "missing"
 EVALUATED = (ledger.BLESSED, ledger.NOT_BLESSED)
 # Attempts that change nothing: a night's row shows them only when nothing else ran.
 NO_OP = (ledger.SKIPPED_COMPLETE,)
+ROLLBACK_ENTRY_POINT = "rollback"
 
 
 class NotAnOutputRoot(ValueError):
@@ -72,6 +73,8 @@ def _read_optional(path: str) -> dict[str, Any]:
 
 def last_attempt(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The night's attempt that ended last, leaving out no-op reruns when anything else ran."""
+    # A rollback is an operator's act on the served model, not a run of the night.
+    records = [r for r in records if r.get("entry_point") != ROLLBACK_ENTRY_POINT] or records
     ran = [r for r in records if r.get("outcome") not in NO_OP] or records
     return max(ran, key=lambda r: str(r.get("ended_utc") or r["started_utc"]), default=None)
 
