@@ -75,7 +75,7 @@ class EvaluateConfig:
         default=None,
         metadata={
             "help": "Where blessed models are pushed as TF Serving SavedModels, "
-            "<export_base>/<model_name>/<YYYYMMDD>/ (local path or gs:// URL); empty for "
+            "<export_base>/<model_name>/<YYYYMMDDNN>/ (local path or gs:// URL); empty for "
             "<output_root>/serving."
         },
     )

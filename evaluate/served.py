@@ -52,12 +52,63 @@ def served_versions(export_base: str, model_name: str) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
-def pointer_version(current: dict[str, Any]) -> int:
-    """The served version the pointer's model was pushed as."""
+def pointer_version(current: dict[str, Any], output_root: str | None = None) -> int:
+    """The served version the pointer's model was pushed as.
+
+    A pointer written before pointers recorded their version names it through its night's
+    push.json when `output_root` is given, else by its date (the date's first push).
+    """
     version = current.get("version")
     if isinstance(version, int):
         return version
+    metrics_path = current.get("metrics_path")
+    if output_root is not None and isinstance(metrics_path, str) and metrics_path:
+        folder = os.path.dirname(pointer.resolve(output_root, metrics_path))
+        push_path = layout.join(folder, report.PUSH_FILE)
+        if gfile.exists(push_path):
+            pushed = atomic.read_json(push_path).get("version")
+            if isinstance(pushed, int):
+                return pushed
     return serving.version_for_date(str(current["date"]))
+
+
+def _quarantined_versions(export_base: str, model_name: str) -> dict[str, int]:
+    """Quarantine folder name -> the version it holds."""
+    folder = quarantine_dir(export_base, model_name)
+    if not gfile.isdir(folder):
+        return {}
+    names = (name.rstrip("/") for name in gfile.listdir(folder))
+    return {name: int(name.split("-")[0]) for name in names if name.split("-")[0].isdigit()}
+
+
+def next_sequence(export_base: str, model_name: str, date: str, model_sha256: str) -> int:
+    """Which push of `date` a model is: the sequence of a version (served or quarantined)
+    already holding it, else one past the date's highest sequence (0 for its first push).
+
+    A retrained date's model thus gets a new, higher version than the one it replaces: TF
+    Serving never reloads a version in place. Two versions may hold the same model (a night
+    pushed, quarantined and pushed again); the lowest is reused.
+    """
+    first = serving.version_for_date(date)
+    folders = {
+        layout.join(model_dir(export_base, model_name), str(v)): v
+        for v in served_versions(export_base, model_name)
+    }
+    folders |= {
+        layout.join(quarantine_dir(export_base, model_name), name): v
+        for name, v in _quarantined_versions(export_base, model_name).items()
+    }
+    # Only finished pushes (with their marker) count: a folder without one never held a model
+    # TF Serving could load.
+    pushed = {
+        version: marker.get("model_sha256")
+        for path, version in folders.items()
+        if first <= version < first + 100 and (marker := serving.read_marker(path)) is not None
+    }
+    for version in sorted(pushed):
+        if pushed[version] == model_sha256:
+            return version - first
+    return max(pushed) - first + 1 if pushed else 0
 
 
 def _utc_stamp() -> str:
@@ -116,11 +167,9 @@ def restore(export_base: str, model_name: str, version: int, model_sha256: str) 
         Whether one was found and moved back.
     """
     folder = quarantine_dir(export_base, model_name)
-    if not gfile.isdir(folder):
-        return False
-    names = sorted((n.rstrip("/") for n in gfile.listdir(folder)), reverse=True)
-    for name in names:
-        if not name.startswith(f"{version}-"):
+    names = sorted(_quarantined_versions(export_base, model_name).items(), reverse=True)
+    for name, held in names:
+        if held != version:
             continue
         candidate = layout.join(folder, name)
         marker = serving.read_marker(candidate)
@@ -144,17 +193,20 @@ def reconcile(output_root: str, export_base: str, model_name: str) -> list[str]:
         The quarantine folders the versions were moved to.
     """
     current = pointer.read(output_root)
-    keep = None if current is None else pointer_version(current)
+    keep = None if current is None else pointer_version(current, output_root)
     moved = []
     for version in served_versions(export_base, model_name):
-        if keep is not None and version <= keep:
+        if current is None or keep is None:
+            reason = "no latest.json names a blessed model"
+        elif version > keep:
+            reason = (
+                f"it is newer than version {keep}, the model latest.json names "
+                f"({current.get('date')}): no blessed night is behind it"
+            )
+        elif version < keep and version // 100 == keep // 100:
+            reason = f"version {keep}, a retrain of the same date, replaces it"
+        else:
             continue
-        reason = (
-            "no latest.json names a blessed model"
-            if current is None
-            else f"it is newer than version {keep}, the model latest.json names "
-            f"({current.get('date')}): no blessed night is behind it"
-        )
         moved.append(quarantine(export_base, model_name, version, reason))
     return moved
 
@@ -182,14 +234,14 @@ def problems(output_root: str, export_base: str, model_name: str) -> list[str]:
         )
         if not gfile.exists(verdict_path) or not atomic.read_json(verdict_path).get("blessed"):
             found.append(f"latest.json names {current.get('date')}, whose verdict is not blessed")
+    named = pointer_version(current, output_root)
     if not versions:
-        found.append(f"latest.json names version {pointer_version(current)}, but none is served")
+        found.append(f"latest.json names version {named}, but none is served")
         return found
     newest = versions[-1]
-    if newest != pointer_version(current):
+    if newest != named:
         found.append(
-            f"the newest served version is {newest}, not {pointer_version(current)}, the one "
-            "latest.json names"
+            f"the newest served version is {newest}, not {named}, the one latest.json names"
         )
     marker = serving.read_marker(layout.join(model_dir(export_base, model_name), str(newest)))
     if marker is None or marker.get("model_sha256") != sha:

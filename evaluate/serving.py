@@ -9,9 +9,10 @@ The export works on any single-input Keras model. It holds two signatures:
   uint8 bytes of one HxWxC image; `label` may be there and is ignored), as TFX exports do.
 
 Both return `probabilities` [batch, classes] float32, `class_ids` [batch] int64 (the arg max)
-and `class_names` [batch] string. The version is the run's date as an integer (2026-01-31 ->
-20260131), so a backfilled night sorts below the nights after it and TF Serving, which serves
-the highest version, keeps serving the newest.
+and `class_names` [batch] string. The version is the run's date and a two-digit sequence
+number as an integer (2026-01-31 -> 2026013100; a date retrained and blessed again ->
+2026013101), so a backfilled night sorts below the nights after it, a retrained date above the
+model it replaces, and TF Serving, which serves the highest version, serves the newest.
 
 A version is written into a hidden temporary folder beside its final place
 (`<name>/.tmp-<version>-<id>/<version>/`, which TF Serving ignores), loaded back with
@@ -61,9 +62,24 @@ class ExportBaseError(ExportError):
     """The export base cannot hold exports (it is a file)."""
 
 
-def version_for_date(date: str) -> int:
-    """The serving version of a run date: `2026-01-31` -> 20260131."""
-    return int(date.replace("-", ""))
+# Versions a date can take: its first push and 99 retrains.
+MAX_SEQUENCE = 99
+
+
+def version_for_date(date: str, sequence: int = 0) -> int:
+    """The serving version of a run date's push: (`2026-01-31`, 1) -> 2026013101."""
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise ExportError(
+            f"{date} has been pushed {MAX_SEQUENCE + 1} times already: no serving version is "
+            "left for it; move its versions out of the served folder and quarantine"
+        )
+    return int(date.replace("-", "")) * 100 + sequence
+
+
+def date_of_version(version: int) -> str:
+    """The run date a version was pushed for: 2026013101 -> `2026-01-31`."""
+    day = str(version // 100)
+    return f"{day[:4]}-{day[4:6]}-{day[6:8]}"
 
 
 def check_export_base(export_base: str) -> None:
@@ -92,6 +108,7 @@ class PushRequest:
         image_shape: the shard set's image shape (height, width, channels).
         class_names: the class names, by class index.
         serialized_examples: real eval records (serialised tf.Example) to check the export on.
+        sequence: which push of the date this is (0 the first; a retrained date's is higher).
     """
 
     model: tf_keras.Model
@@ -102,10 +119,11 @@ class PushRequest:
     image_shape: list[int]
     class_names: list[str]
     serialized_examples: list[bytes]
+    sequence: int = 0
 
     @property
     def version(self) -> int:
-        return version_for_date(self.date)
+        return version_for_date(self.date, self.sequence)
 
     @property
     def model_dir(self) -> str:
@@ -360,8 +378,8 @@ def push(request: PushRequest) -> dict[str, Any]:
             raise ExportError(
                 f"serving version {final} already holds another model (sha256 "
                 f"{str(marker.get('model_sha256'))[:16]}…, not {request.model_sha256[:16]}…): "
-                "TF Serving does not reload a version in place; move that folder aside and "
-                "rerun the evaluation to push this model"
+                "TF Serving does not reload a version in place; rerun the evaluation, which "
+                "pushes this model as the date's next version"
             )
         logger.info("serving version %s already holds this model: nothing to push", final)
         return document | {"status": "already pushed"}

@@ -6,7 +6,7 @@ split as the candidate, and the verdict weighs both (evaluate.blessing). Writes 
 and of the baseline (evaluate.predictions), blessing.json (the verdict, every time),
 push.json, report.md, report.html and, last and atomically, metrics.json (the stage's
 completion marker). A blessed run is pushed to serving as a SavedModel
-(`<export_base>/<model_name>/<YYYYMMDD>/`, evaluate.serving) and moves the latest pointer to
+(`<export_base>/<model_name>/<YYYYMMDDNN>/`, evaluate.serving) and moves the latest pointer to
 its model. Then it rewrites the nightly trend page, `<output_root>/index.html` (evaluate.trend).
 """
 
@@ -192,7 +192,10 @@ def _push(
     Raises:
         serving.ExportError: the export failed its checks or its version holds another model.
     """
-    version = serving.version_for_date(config.date)
+    sequence = served.next_sequence(
+        config.serving_base, config.model_name, config.date, metrics["model"]["sha256"]
+    )
+    version = serving.version_for_date(config.date, sequence)
     path = layout.join(config.serving_base, config.model_name, str(version))
     if not verdict["blessed"]:
         return {
@@ -214,6 +217,7 @@ def _push(
             image_shape=list(doc["image_shape"]),
             class_names=list(doc["class_names"]),
             serialized_examples=_verification_examples(config, doc),
+            sequence=sequence,
         )
     )
 

@@ -10,7 +10,7 @@ then runs `luigi --module pipeline FullRun --local-scheduler` for each drop's da
 rolling window as long as the demo, so night k trains on the k drops so far, with
 `--Train-warm-start last-blessed`: from the second night on, training starts from the model
 the latest pointer names. Each night is blessed against that model scored on the same eval set
-and a blessed model is pushed to `<root>/serving/nightly/<YYYYMMDD>/`. At the end it prints one
+and a blessed model is pushed to `<root>/serving/nightly/<YYYYMMDDNN>/`. At the end it prints one
 row a night; the trend page `<root>/index.html` shows the same.
 
 Every night's luigi output goes to `<root>/demo-logs/<date>.log` (`--verbose` shows it too).

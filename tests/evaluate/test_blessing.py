@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -227,9 +226,14 @@ def test_pointer_moves_only_on_blessing(make_config, run_root):
     assert pointer["accuracy"] == metrics["accuracy"]
     assert not [n for n in os.listdir(run_root) if ".tmp-" in n]
 
-    before = pathlib.Path(os.path.join(run_root, layout.LATEST_POINTER_FILE)).read_text()
-    run(make_config(min_accuracy=0.999))
-    assert pathlib.Path(os.path.join(run_root, layout.LATEST_POINTER_FILE)).read_text() == before
+    # A re-evaluation that rejects the model the pointer names takes the pointer back: with no
+    # earlier blessed night, to nothing (tests/evaluate/test_served.py has the other cases).
+    rejected_again = make_config(min_accuracy=0.999)
+    run(rejected_again)
+    assert _pointer(run_root) is None
+    assert any(
+        "no earlier blessed night is left" in r for r in _blessing(rejected_again)["reasons"]
+    )
 
 
 def test_a_pointer_date_that_is_no_calendar_date_never_holds_the_pointer_back():

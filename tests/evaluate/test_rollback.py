@@ -17,7 +17,7 @@ from pipeline.__main__ import main
 from tests.evaluate.conftest import DATE
 
 NIGHTS = ("2026-01-29", "2026-01-30", "2026-01-31")
-VERSIONS = [20260129, 20260130, 20260131]
+VERSIONS = [2026012900, 2026013000, 2026013100]
 
 
 def _evaluate(root, date: str) -> dict:
@@ -64,15 +64,17 @@ def test_rollback_serves_the_night_again_and_records_who_when_and_why(three_nigh
     root = three_nights
     assert _rollback(root, "--to", NIGHTS[0], "--reason", "bad labels on the 30th") == 0
     out = capsys.readouterr().out
-    assert f"latest.json: {NIGHTS[2]} (version 20260131) -> {NIGHTS[0]} (version 20260129)" in out
-    assert "quarantine: served version 20260131" in out
+    assert (
+        f"latest.json: {NIGHTS[2]} (version 2026013100) -> {NIGHTS[0]} (version 2026012900)" in out
+    )
+    assert "quarantine: served version 2026013100" in out
     current = pointer.read(str(root))
     model = root / NIGHTS[0] / "train" / layout.MODEL_FILE
-    assert current["date"] == NIGHTS[0] and current["version"] == 20260129
+    assert current["date"] == NIGHTS[0] and current["version"] == 2026012900
     assert current["model_sha256"] == atomic.sha256_file(str(model))
-    assert served.served_versions(str(root / "serving"), "nightly") == [20260129]
+    assert served.served_versions(str(root / "serving"), "nightly") == [2026012900]
     quarantined = sorted(os.listdir(served.quarantine_dir(str(root / "serving"), "nightly")))
-    assert [name.split("-")[0] for name in quarantined] == ["20260130", "20260131"]
+    assert [name.split("-")[0] for name in quarantined] == ["2026013000", "2026013100"]
     assert _problems(root) == []
     (record_file,) = os.listdir(root / "rollbacks")
     record = json.loads((root / "rollbacks" / record_file).read_text())
@@ -104,10 +106,10 @@ def test_a_dry_run_prints_the_moves_and_moves_nothing(three_nights, capsys):
     before = (root / layout.LATEST_POINTER_FILE).read_text()
     assert _rollback(root, "--to", NIGHTS[1], "--dry-run") == 0
     out = capsys.readouterr().out.splitlines()
-    moved = f"{NIGHTS[2]} (version 20260131) -> {NIGHTS[1]} (version 20260130)"
+    moved = f"{NIGHTS[2]} (version 2026013100) -> {NIGHTS[1]} (version 2026013000)"
     assert out == [
         f"would move: latest.json: {moved}",
-        "would move: quarantine: served version 20260131",
+        "would move: quarantine: served version 2026013100",
         f"would move: mark rolled back: {NIGHTS[2]}",
     ]
     assert (root / layout.LATEST_POINTER_FILE).read_text() == before
@@ -120,7 +122,7 @@ def test_rolling_forward_again_brings_the_version_back_from_quarantine(three_nig
     assert _rollback(root, "--to", NIGHTS[0]) == 0
     assert _rollback(root, "--to", NIGHTS[2]) == 0
     assert pointer.read(str(root))["date"] == NIGHTS[2]
-    assert served.served_versions(str(root / "serving"), "nightly") == [20260129, 20260131]
+    assert served.served_versions(str(root / "serving"), "nightly") == [2026012900, 2026013100]
     assert not (root / NIGHTS[2] / "evaluate" / served.ROLLED_BACK_FILE).exists()
     assert (root / NIGHTS[1] / "evaluate" / served.ROLLED_BACK_FILE).exists()
     assert _problems(root) == []

@@ -145,7 +145,7 @@ def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
     monkeypatch.setattr(pointer, "write", real_write)
     version = serving.version_for_date(DATE)
     assert served.served_versions(str(root / "serving"), "nightly")[-1] == version
-    assert "the newest served version is 20260131, not 20260130" in " ".join(_problems(root))
+    assert "the newest served version is 2026013100, not 2026013000" in " ".join(_problems(root))
 
     # The next evaluation (a rerun of the night, stricter) repairs first, then decides.
     run(_config(root, min_accuracy=0.999))
@@ -175,10 +175,10 @@ def test_a_reversed_verdict_takes_pointer_and_served_version_back(
     assert not metrics["blessed"]
     verdict = atomic.read_json(str(root / DATE / "evaluate" / layout.BLESSING_FILE))
     versions = served.served_versions(str(root / "serving"), "nightly")
-    assert _quarantined(root)[0].startswith("20260131-")
+    assert _quarantined(root)[0].startswith("2026013100-")
     if earlier_night:
         assert pointer.read(str(root))["date"] == EARLIER
-        assert versions == [20260130]
+        assert versions == [2026013000]
         assert any(f"taken back to {EARLIER}" in r for r in verdict["reasons"])
         assert _problems(root) == []
     else:
@@ -194,3 +194,25 @@ def test_the_pointer_records_the_served_version_and_a_local_export_is_complete(t
     loaded = tf.saved_model.load(str(two_nights / "serving" / "nightly" / str(current["version"])))
     assert serving.SERVING_SIGNATURE in loaded.signatures
     assert not isinstance(loaded, tf_keras.Model)
+
+
+def test_a_retrained_date_blessed_again_gets_a_new_version_and_the_old_one_leaves(two_nights):
+    root = two_nights
+    run(_config(root))
+    first = pointer.read(str(root))
+    assert first["version"] == 2026013100
+    supersede.supersede(str(root), DATE, "train")  # --force-stage train: a new model
+    doc = atomic.read_json(str(root / DATE / "data" / layout.MANIFEST_FILE))
+    retrained = trained_run.tiny_model(doc["image_shape"], doc["num_classes"], seed=4)
+    (root / DATE / "train").mkdir()
+    retrained.save(str(root / DATE / "train" / layout.MODEL_FILE))
+    shutil.copy(
+        root / EARLIER / "train" / layout.HISTORY_FILE, root / DATE / "train" / layout.HISTORY_FILE
+    )
+    metrics = run(_config(root, min_accuracy=0.0, max_regression=1.0))
+    assert metrics["blessed"] and metrics["push"]["version"] == 2026013101
+    current = pointer.read(str(root))
+    assert current["version"] == 2026013101 and current["model_sha256"] != first["model_sha256"]
+    assert served.served_versions(str(root / "serving"), "nightly") == [2026013000, 2026013101]
+    assert [name.split("-")[0] for name in _quarantined(root)] == ["2026013100"]
+    assert _problems(root) == []

@@ -17,7 +17,7 @@ from tests import factories
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE
 
-VERSION = "20260131"
+VERSION = "2026013100"
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_a_blessed_model_is_served_from_the_tf_serving_layout(make_config, run_r
 
     push = _push_doc(config)
     assert push["pushed"] and push["status"] == "pushed"
-    assert (push["path"], push["version"]) == (str(version_dir), 20260131)
+    assert (push["path"], push["version"]) == (str(version_dir), 2026013100)
     assert sorted(push["signatures"]) == ["serving_default", "serving_tf_example"]
     assert push["verification"]["examples"] == stage.VERIFY_EXAMPLES
     assert push["verification"]["model_server"]["ran"] is False
@@ -68,13 +68,13 @@ def test_a_blessed_model_is_served_from_the_tf_serving_layout(make_config, run_r
     assert metrics["push"] == {
         "pushed": True,
         "status": "pushed",
-        "version": 20260131,
+        "version": 2026013100,
         "path": str(version_dir),
     }
     marker = atomic.read_json(str(version_dir / serving.PUSH_MARKER))
     assert marker["model_sha256"] == metrics["model"]["sha256"]
     text = (run_root / DATE / "evaluate" / report.REPORT_FILE).read_text()
-    assert f"Version 20260131 of model nightly (pushed): `{version_dir}`" in text
+    assert f"Version 2026013100 of model nightly (pushed): `{version_dir}`" in text
     assert "tensorflow_model_server is not on PATH" in text
 
     # Loaded as a server would: both signatures on every eval example agree with Keras.
@@ -107,7 +107,7 @@ def test_an_unblessed_model_is_never_pushed(make_config, run_root):
     push = _push_doc(config)
     assert not metrics["blessed"]
     assert push["pushed"] is False and push["status"] == "not blessed"
-    assert push["version"] == 20260131  # where it would have gone
+    assert push["version"] == 2026013100  # where it would have gone
     assert not (run_root / "serving").exists()
     text = (run_root / DATE / "evaluate" / report.REPORT_FILE).read_text()
     assert "Not pushed: only a blessed model is pushed to serving." in text
@@ -132,7 +132,7 @@ def test_a_rerun_leaves_the_pushed_version_as_it_is(make_config, run_root):
     metrics = run(config)
     assert _files(version_dir) == before
     assert _push_doc(config)["status"] == "already pushed"
-    assert metrics["push"]["pushed"] and metrics["push"]["version"] == 20260131
+    assert metrics["push"]["pushed"] and metrics["push"]["version"] == 2026013100
 
 
 def test_an_unfinished_push_is_redone(make_config, run_root):
@@ -141,7 +141,7 @@ def test_an_unfinished_push_is_redone(make_config, run_root):
     (version_dir / "saved_model.pb").write_bytes(b"half a copy")  # no push marker
     killed = run_root / "serving" / "nightly" / f".tmp-{VERSION}-0123" / VERSION
     killed.mkdir(parents=True)  # what a push killed while staging leaves
-    other_date = run_root / "serving" / "nightly" / ".tmp-20260130-0123"
+    other_date = run_root / "serving" / "nightly" / ".tmp-2026013000-0123"
     other_date.mkdir()
     config = make_config(min_accuracy=0.1)
     run(config)
@@ -151,7 +151,9 @@ def test_an_unfinished_push_is_redone(make_config, run_root):
     assert sorted(os.listdir(run_root / "serving" / "nightly")) == [other_date.name, VERSION]
 
 
-def test_a_version_holding_another_model_is_not_replaced(make_config, run_root):
+def test_a_version_holding_another_model_is_never_replaced_in_place(make_config, run_root):
+    # TF Serving does not reload a version in place: the model goes to the date's next version
+    # and the version it replaces leaves the served folder, untouched.
     config = make_config(min_accuracy=0.1)
     run(config)
     version_dir = run_root / "serving" / "nightly" / VERSION
@@ -161,10 +163,15 @@ def test_a_version_holding_another_model_is_not_replaced(make_config, run_root):
     )
     before = _files(version_dir)
     os.remove(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
-    with pytest.raises(serving.ExportError, match="already holds another model .* move that"):
-        run(config)
-    assert _files(version_dir) == before
-    assert not os.path.exists(os.path.join(config.evaluate_dir, layout.METRICS_FILE))
+    metrics = run(config)
+    assert metrics["push"]["version"] == 2026013101
+    assert sorted(os.listdir(run_root / "serving" / "nightly")) == ["2026013101"]
+    (moved,) = os.listdir(run_root / "serving" / "nightly.quarantine")
+    quarantined = run_root / "serving" / "nightly.quarantine" / moved
+    assert {k: v for k, v in _files(quarantined).items() if k in before} == {
+        k: v for k, v in before.items() if k != serving.PUSH_MARKER
+    } or moved.startswith(VERSION + "-")
+    assert atomic.read_json(str(quarantined / serving.PUSH_MARKER))["model_sha256"] == "0" * 64
 
 
 def test_an_export_base_that_is_a_file_is_one_error_line(run_root, tmp_path, capsys):
@@ -205,7 +212,7 @@ def test_any_keras_model_exports_with_its_own_input_dtype(make_config, tmp_path)
     x = tf_keras.layers.GlobalAveragePooling2D()(x)
     model = tf_keras.Model(inputs, tf_keras.layers.Dense(10, activation="softmax")(x))
     push = serving.push(_request(model, tmp_path, serialized[:64], [28, 28, 1]))
-    assert push["path"] == str(tmp_path / "serving" / "custom" / "20260203")
+    assert push["path"] == str(tmp_path / "serving" / "custom" / "2026020300")
     loaded = tf.saved_model.load(push["path"])
     spec = loaded.signatures["serving_default"].structured_input_signature[1]["images"]
     assert spec.dtype == tf.uint8

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 BUCKET = "bucket"
 ROOT = f"gs://{BUCKET}/runs"
-VERSION_PREFIX = "runs/serving/nightly/20260131/"
+VERSION_PREFIX = "runs/serving/nightly/2026013100/"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path)
     # Nothing is left of the staging folder.
     assert all(".tmp-" not in name for name in _objects(bucket, "runs/serving/"))
     push = json.loads(bucket.blob(f"runs/{DATE}/evaluate/push.json").download_as_bytes())
-    assert push["path"] == f"{ROOT}/serving/nightly/20260131" and push["status"] == "pushed"
+    assert push["path"] == f"{ROOT}/serving/nightly/2026013100" and push["status"] == "pushed"
 
     # What the store holds is the model: downloaded, it predicts what the Keras model does.
     local = tmp_path / "downloaded"

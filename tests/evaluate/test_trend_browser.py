@@ -85,7 +85,7 @@ def test_trend_page_of_three_nights_in_chromium(chromium, three_nights, tmp_path
         verdicts = {row[0]: row[4] for row in rows}
         assert verdicts == {"2026-01-29": "yes", "2026-01-30": "no", "2026-01-31": "yes latest"}
         pushed = {row[0]: row[6] for row in rows}
-        assert pushed == {"2026-01-29": "20260129", "2026-01-30": "–", "2026-01-31": "20260131"}
+        assert pushed == {"2026-01-29": "2026012900", "2026-01-30": "–", "2026-01-31": "2026013100"}
         why = {row[0]: row[5] for row in rows}
         assert "is below min_accuracy 0.9990" in why["2026-01-30"]
         assert "pointer stays on the newer run 2026-01-31" in why["2026-01-29"]

@@ -112,7 +112,7 @@ def test_three_nights_grow_warm_start_bless_against_the_last_blessed_and_push(tm
             assert cells["baseline"] == f"{baseline['accuracy']:.4f}"
         push = read(night / "evaluate" / "push.json")
         if verdict["blessed"]:
-            version = date.replace("-", "")
+            version = date.replace("-", "") + "00"  # the date's first push
             assert push["pushed"] and push["version"] == int(version)
             assert (root / "serving" / "nightly" / version / "saved_model.pb").is_file()
             assert cells["pushed"] == version
