@@ -81,6 +81,26 @@ class PointerMovedError(RuntimeError):
     """Another writer moved the pointer after it was read: read it and decide again."""
 
 
+class PointerUnreadableError(ValueError):
+    """`latest.json` is there but is not a pointer (truncated, hand-edited, not JSON)."""
+
+
+def _parse(path: str, data: bytes) -> dict[str, Any]:
+    """The pointer's document, or PointerUnreadableError naming the file and the way out."""
+    try:
+        document = json.loads(data)
+    except ValueError as e:
+        document, reason = None, f"not JSON: {e}"
+    else:
+        reason = "not a JSON object with a date and a model_path"
+    if isinstance(document, dict) and "date" in document and "model_path" in document:
+        return document
+    raise PointerUnreadableError(
+        f"the latest pointer {path} is unreadable ({reason}): point it at a blessed night again "
+        "with `python -m pipeline rollback --to DATE`, or move it away to start a new lineage"
+    )
+
+
 def read(output_root: str) -> dict[str, Any] | None:
     """The pointer as stored, or None before the first blessed run."""
     return read_versioned(output_root)[0]
@@ -97,8 +117,8 @@ def read_versioned(output_root: str) -> tuple[dict[str, Any] | None, int | None]
         return _read_gcs(path)
     if not gfile.exists(path):
         return None, None
-    result: dict[str, Any] = atomic.read_json(path)
-    return result, None
+    with gfile.GFile(path, "rb") as f:
+        return _parse(path, f.read()), None
 
 
 def write(output_root: str, pointer: dict[str, Any], if_generation: int | None = None) -> None:
@@ -145,7 +165,7 @@ def _read_gcs(path: str, attempts: int = 5) -> tuple[dict[str, Any] | None, int]
             data = blob.download_as_bytes(if_generation_match=generation)
         except (exceptions.PreconditionFailed, exceptions.NotFound):
             continue  # rewritten in between: look again
-        return json.loads(data), generation
+        return _parse(path, data), generation
     raise PointerMovedError(f"{path} kept changing while it was read ({attempts} times)")
 
 

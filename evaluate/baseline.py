@@ -1,9 +1,10 @@
 """Scoring the last blessed model (the `latest` pointer's) on this run's eval set.
 
 Every way it can fail to be scored is named, and the verdict then falls back to the value
-threshold: the pointer names another dataset, its model file is missing or no longer matches
-the sha256 recorded with it, the file does not load, or the model takes another input shape or
-predicts another number of classes than this run's shard set has.
+threshold: the pointer names another dataset, records no sha256 for its model, its model file
+is missing or no longer matches the sha256 recorded with it, the file does not load, or the
+model takes another input shape or predicts another number of classes than this run's shard
+set has.
 """
 
 from __future__ import annotations
@@ -87,13 +88,18 @@ def score(
     if not tf.io.gfile.exists(path):
         return unscored(f"its model file {path} is missing")
     recorded = current.get("model_sha256")
-    if recorded:
-        found = atomic.sha256_file(path)
-        if found != recorded:
-            return unscored(
-                f"its model file {path} has sha256 {found[:16]}…, not the {str(recorded)[:16]}… "
-                "recorded in the latest pointer"
-            )
+    if not recorded:
+        # Only a model known to be the one that was blessed is loaded and compared with.
+        return unscored(
+            "the latest pointer records no model_sha256, so its model file cannot be checked "
+            "to be the one that was blessed"
+        )
+    found = atomic.sha256_file(path)
+    if found != recorded:
+        return unscored(
+            f"its model file {path} has sha256 {found[:16]}…, not the {str(recorded)[:16]}… "
+            "recorded in the latest pointer"
+        )
     try:
         custom = model_code.custom_objects(path)  # a user's own layers (docs/extending.md)
         model = tf_keras.models.load_model(path, compile=False, custom_objects=custom)

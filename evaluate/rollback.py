@@ -23,7 +23,7 @@ import socket
 import sys
 from typing import Any
 
-from contract import atomic, dates, gfile, layout, ledger, pointer
+from contract import atomic, dates, gfile, history, layout, ledger, pointer
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from evaluate import served
 from evaluate.config import DEFAULT_MODEL_NAME, SERVING_DIR, check_model_name
@@ -84,8 +84,8 @@ def plan(output_root: str, export_base: str, model_name: str, to_date: str) -> P
     if dates.parse(to_date) > datetime.datetime.now(datetime.UTC).date():
         raise RollbackError(f"--to {to_date} is in the future: roll back to a night that ran")
     try:
-        target = served.night_pointer(output_root, to_date)
-    except served.NightError as e:
+        target = history.night_pointer(output_root, to_date)
+    except history.NightError as e:
         raise RollbackError(f"cannot roll back to {to_date}: {e}") from None
     versions = served.served_versions(export_base, model_name)
     restore = target["version"] not in versions
@@ -95,7 +95,7 @@ def plan(output_root: str, export_base: str, model_name: str, to_date: str) -> P
             f"in {served.model_dir(export_base, model_name)} nor in quarantine (removed by "
             "retention?); rerun that night's evaluation to push it again"
         )
-    later = [d for d in served.run_dates(output_root) if dates.parse(d) > dates.parse(to_date)]
+    later = [d for d in history.run_dates(output_root) if dates.parse(d) > dates.parse(to_date)]
     passed_over = [d for d in later if _blessed(output_root, d)]
     return Plan(
         to=target,
@@ -159,9 +159,9 @@ def carry_out(
         "rolled_back_nights": rollback.passed_over,
     }
     for night in rollback.passed_over:
-        path = layout.join(layout.evaluate_dir(output_root, night), served.ROLLED_BACK_FILE)
+        path = layout.join(layout.evaluate_dir(output_root, night), history.ROLLED_BACK_FILE)
         atomic.write_json_atomic(path, record)
-    mark = layout.join(layout.evaluate_dir(output_root, target["date"]), served.ROLLED_BACK_FILE)
+    mark = layout.join(layout.evaluate_dir(output_root, target["date"]), history.ROLLED_BACK_FILE)
     if gfile.exists(mark):
         gfile.remove(mark)  # rolled forward to a night once rolled back past
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None, defaults: dict[str, str] | None = None) 
     started = datetime.datetime.now(datetime.UTC)
     root = args.output_root
     export_base = args.export_base or layout.join(root, SERVING_DIR)
-    if not served.run_dates(root) and not gfile.exists(pointer.pointer_path(root)):
+    if not history.run_dates(root) and not gfile.exists(pointer.pointer_path(root)):
         print(
             error_line(
                 f"{root} is not an output root: it has no dated run folder and no "

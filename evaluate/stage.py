@@ -20,7 +20,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, dates, gfile, layout, manifest, model_code, pointer
+from contract import atomic, dates, gfile, history, layout, manifest, model_code, pointer
 from evaluate import (
     baseline,
     blessing,
@@ -256,7 +256,7 @@ def _take_back(config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any
     current = pointer.read(config.output_root)
     if verdict["blessed"] or current is None or current.get("model_sha256") != model_sha256:
         return None
-    previous = served.last_blessed_before(config.output_root, config.date)
+    previous = history.last_blessed_before(config.output_root, config.date)
     if previous is None:
         gfile.remove(config.latest_pointer_path)
         said = (
@@ -298,6 +298,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         ValueError: the manifest names another dataset than `config.dataset`.
     """
     serving.check_export_base(config.serving_base)
+    pointer.read(config.output_root)  # an unreadable latest.json is refused before any work
     doc = manifest.verify(config.data_dir, split=layout.EVAL_SPLIT)
     if doc["dataset"]["name"] != config.dataset:
         raise ValueError(

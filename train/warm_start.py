@@ -11,10 +11,15 @@ a resumed run starts from the same model even if the pointer has moved since (`s
 a backup's own settling). A worker loads the weights only on a fresh start (`load_into`); on
 resume the backup's weights win.
 
-The run starts cold, and says why, when there is no pointer (the first night), the pointer's
-model is missing, fails its sha256 or cannot be loaded, its weights differ in names or shapes
-from the model this run builds (another architecture, input shape or number of classes), or
-the pointer names this run's own model.
+The starting model is the last blessed one *before* the run's date: the pointer's when it
+names an earlier night, else the newest blessed, not rolled-back night before the run's date
+in the run history (contract.history). A date retrained with `--force-stage` never starts
+from its own earlier model, nor a backfill from a later night's.
+
+The run starts cold, and says why, when there is no such model (the first night), the pointer
+is unreadable, the model is missing, fails its sha256 or cannot be loaded, its weights differ
+in names or shapes from the model this run builds (another architecture, input shape or number
+of classes), or the pointer names this run's own model.
 
 TensorFlow loads only to look at a model or a backup: a launch whose run starts cold for want
 of a pointer or a file settles without it.
@@ -27,7 +32,7 @@ import logging
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from contract import atomic, gfile, layout, model_code, pointer, run_lock
+from contract import atomic, dates, gfile, history, layout, model_code, pointer, run_lock
 from train.checks import has_backup_folder, is_settled
 from train.config import ConfigError, TrainConfig
 
@@ -65,9 +70,30 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
             cold_start_reason=saved["cold_start_reason"],
         )
     root = output_root_of(config.train_dir)
-    current = pointer.read(root)
+    try:
+        current = pointer.read(root)
+    except pointer.PointerUnreadableError as e:
+        return _cold(config, str(e))
     if current is None:
         return _cold(config, f"no blessed model yet ({pointer.pointer_path(root)} is missing)")
+    run_date = posixpath.basename(run_lock.run_dir_of_train_dir(config.train_dir))
+    if dates.is_run_date(run_date) and not dates.is_later(run_date, current.get("date")):
+        earlier = history.last_blessed_before(root, run_date)
+        if earlier is None:
+            return _cold(
+                config,
+                f"the latest pointer names {current.get('date')}, not a night before this run's "
+                f"{run_date} (a retrain of the date or a backfill), and the run history has no "
+                "blessed night before it",
+            )
+        log.info(
+            "the latest pointer names %s, not a night before %s: starting from %s, the last "
+            "blessed night before it",
+            current.get("date"),
+            run_date,
+            earlier["date"],
+        )
+        current = earlier
     if not current.get("model_path"):
         return _cold(config, f"the latest pointer {pointer.pointer_path(root)} names no model")
     path = pointer.resolve(root, str(current["model_path"]))

@@ -94,3 +94,16 @@ def test_a_truncated_model_is_named_in_one_line(run_root, capsys) -> None:
     assert len(err) == 1 and f"model {model} is unreadable" in err[0], err
     assert "rerun the train stage" in err[0]
     assert not (run_root / DATE / "evaluate").exists()
+
+
+def test_an_unreadable_latest_pointer_is_refused_in_one_line_before_any_work(
+    run_root, capsys
+) -> None:
+    from tests.evaluate.conftest import DATE
+
+    (run_root / "latest.json").write_text("[1, 2")
+    code = main(["--output-root", str(run_root), "--date", DATE, "--min-accuracy", "0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert code != 0
+    assert len(err) == 1 and "latest pointer" in err[0] and "is unreadable" in err[0], err
+    assert not (run_root / DATE / "evaluate").exists()

@@ -112,9 +112,16 @@ def _unloadable_file(run_root, config) -> str:
     path = layout.join(layout.train_dir(str(run_root), BASELINE_DATE), layout.MODEL_FILE)
     with open(path, "wb") as f:
         f.write(b"not a keras file")
-    current.pop("model_sha256")
+    current["model_sha256"] = atomic.sha256_file(path)
     atomic.write_json_atomic(os.path.join(run_root, layout.LATEST_POINTER_FILE), current)
     return "does not load"
+
+
+def _no_recorded_sha256(run_root, config) -> str:
+    current = _same_model(run_root, config)
+    current.pop("model_sha256")
+    atomic.write_json_atomic(os.path.join(run_root, layout.LATEST_POINTER_FILE), current)
+    return "records no model_sha256"
 
 
 def _same_model(run_root, config) -> dict:
@@ -125,7 +132,8 @@ def _same_model(run_root, config) -> dict:
 
 
 @pytest.mark.parametrize(
-    "break_baseline", [_other_input_shape, _missing_file, _altered_file, _unloadable_file]
+    "break_baseline",
+    [_other_input_shape, _missing_file, _altered_file, _unloadable_file, _no_recorded_sha256],
 )
 def test_a_baseline_that_cannot_be_scored_falls_back_to_the_value_threshold(
     make_config, run_root, break_baseline

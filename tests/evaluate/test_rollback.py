@@ -10,7 +10,7 @@ import shutil
 import pytest
 import tf_keras
 
-from contract import atomic, layout, ledger, pointer
+from contract import atomic, history, layout, ledger, pointer
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from evaluate import EvaluateConfig, run, served
 from pipeline.__main__ import main
@@ -86,7 +86,7 @@ def test_rollback_serves_the_night_again_and_records_who_when_and_why(three_nigh
     assert "@" in record["who"] and record["when_utc"]
     assert record["rolled_back_nights"] == list(NIGHTS[1:])
     for night in NIGHTS[1:]:
-        assert (root / night / "evaluate" / served.ROLLED_BACK_FILE).exists()
+        assert (root / night / "evaluate" / history.ROLLED_BACK_FILE).exists()
     (entry,) = [r for r in ledger.read(str(root)) if r["entry_point"] == "rollback"]
     assert entry["outcome"] == ledger.SUCCEEDED and entry["rollback"]["to"] == NIGHTS[0]
 
@@ -123,8 +123,8 @@ def test_rolling_forward_again_brings_the_version_back_from_quarantine(three_nig
     assert _rollback(root, "--to", NIGHTS[2]) == 0
     assert pointer.read(str(root))["date"] == NIGHTS[2]
     assert served.served_versions(str(root / "serving"), "nightly") == [2026012900, 2026013100]
-    assert not (root / NIGHTS[2] / "evaluate" / served.ROLLED_BACK_FILE).exists()
-    assert (root / NIGHTS[1] / "evaluate" / served.ROLLED_BACK_FILE).exists()
+    assert not (root / NIGHTS[2] / "evaluate" / history.ROLLED_BACK_FILE).exists()
+    assert (root / NIGHTS[1] / "evaluate" / history.ROLLED_BACK_FILE).exists()
     assert _problems(root) == []
 
 

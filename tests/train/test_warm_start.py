@@ -290,3 +290,46 @@ def test_a_model_by_import_path_warm_starts_from_its_blessed_self(data_dir, tmp_
         manifest,
     )
     assert wider.warm_start_from == "" and "does not fit model" in wider.cold_start_reason
+
+
+def _blessed_night(root: str, date: str, model_path: str) -> None:
+    """The evaluate stage's files of a blessed, pushed night (the run history's view)."""
+    folder = layout.evaluate_dir(root, date)
+    os.makedirs(folder, exist_ok=True)
+    model = {"path": model_path, "sha256": atomic.sha256_file(model_path)}
+    metrics = {"model": model, "accuracy": 0.5, "loss": 1.0, "dataset": {"name": "fashion_mnist"}}
+    atomic.write_json_atomic(os.path.join(folder, layout.METRICS_FILE), metrics)
+    atomic.write_json_atomic(os.path.join(folder, layout.BLESSING_FILE), {"blessed": True})
+    atomic.write_json_atomic(os.path.join(folder, layout.PUSH_FILE), {"pushed": True, "version": 1})
+
+
+@pytest.mark.parametrize("pointer_date", [TONIGHT, "2026-01-05"])  # a retrain, a backfill
+def test_settle_never_starts_from_the_runs_own_date_or_a_later_one(
+    data_dir, tmp_path, caplog, pointer_date
+):
+    root = str(tmp_path / "runs")
+    earlier = saved_model(layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE))
+    named = saved_model(layout.join(layout.train_dir(root, pointer_date), "blessed.keras"))
+    bless(root, named, date=pointer_date)
+    config = settled(data_dir, layout.train_dir(root, TONIGHT), caplog)
+    assert config.warm_start_from == "" and f"names {pointer_date}, not a night before" in (
+        config.cold_start_reason
+    )
+    _blessed_night(root, BLESSED_DATE, earlier)
+    config = settled(data_dir, layout.train_dir(root, TONIGHT), caplog)
+    assert config.warm_start_from == earlier and config.warm_start_date == BLESSED_DATE
+    # A night rolled back past is not returned to.
+    marker = os.path.join(layout.evaluate_dir(root, BLESSED_DATE), "rolled_back.json")
+    atomic.write_json_atomic(marker, {"to": "2025-12-31"})
+    assert settled(data_dir, layout.train_dir(root, TONIGHT), caplog).warm_start_from == ""
+
+
+def test_an_unreadable_pointer_starts_cold_with_the_reason(data_dir, tmp_path, caplog):
+    root = str(tmp_path / "runs")
+    os.makedirs(root)
+    with open(os.path.join(root, layout.LATEST_POINTER_FILE), "w") as f:
+        f.write('{"date": "2026-01-01", "model_pa')  # a truncated write by hand
+    config = settled(data_dir, layout.train_dir(root, TONIGHT), caplog)
+    assert config.warm_start_from == ""
+    assert "is unreadable (not JSON" in config.cold_start_reason
+    assert "python -m pipeline rollback --to DATE" in config.cold_start_reason
