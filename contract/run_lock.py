@@ -145,6 +145,34 @@ def _read_holder(fd: int) -> str:
         return "locked by a process that has not written its name yet"
 
 
+def in_progress(run_dir: str) -> bool:
+    """Whether a run of the date seems to be under way, read without touching the lock.
+
+    A holder removes the file when it lets go, so no file means no run. A file left by a
+    killed holder names a pid that is gone on this host; a file whose holder is on another host
+    or has not written its name yet counts as a run under way.
+    """
+    path = RunLock(run_dir).path
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            holder = json.loads(f.read() or "{}")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except (KeyError, TypeError, ValueError):
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
 _held: dict[str, RunLock] = {}
 
 

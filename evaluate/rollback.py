@@ -21,6 +21,7 @@ import getpass
 import logging
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from contract import atomic, dates, gfile, history, layout, ledger, pointer
@@ -213,8 +214,22 @@ def parse_args(argv: list[str] | None, defaults: dict[str, str]) -> Any:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None, defaults: dict[str, str] | None = None) -> int:
-    """The rollback command; exit 0 when done, 2 when refused, 1 when it failed."""
+Alert = Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+
+
+def main(
+    argv: list[str] | None = None,
+    defaults: dict[str, str] | None = None,
+    alert: Alert | None = None,
+) -> int:
+    """The rollback command; exit 0 when done, 2 when refused, 1 when it failed.
+
+    Args:
+        argv: the command line after `rollback`.
+        defaults: the output root, export base and model name a night uses.
+        alert: called with the output root and the rollback's record once it is done; what
+            it returns (the alerts sent) goes into the ledger record.
+    """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         args = parse_args(argv, defaults or {})
@@ -253,7 +268,11 @@ def main(argv: list[str] | None = None, defaults: dict[str, str] | None = None) 
         _append_ledger(root, _ledger_record(args.to, started, ledger.FAILED, reason))
         return EXIT_FAILED
     print("\n".join(rollback.lines()))
-    entry = _ledger_record(args.to, started, ledger.SUCCEEDED, None) | {"rollback": record}
+    alerts = alert(root, record) if alert is not None else []
+    entry = _ledger_record(args.to, started, ledger.SUCCEEDED, None) | {
+        "rollback": record,
+        "alerts": alerts,
+    }
     _append_ledger(root, entry)
     return 0
 

@@ -10,11 +10,12 @@ night's model again (`evaluate.rollback`).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import luigi.configuration
 from luigi.cmdline import luigi_run
 
-from pipeline import attempts, status
+from pipeline import attempts, notify, status
 
 DEFAULT_TASK = "FullRun"
 STATUS_COMMAND = "status"
@@ -30,6 +31,15 @@ def rollback_defaults() -> dict[str, str]:
         "model_name": config.get("Evaluate", "model_name", None),
     }
     return {key: str(value) for key, value in found.items() if value}
+
+
+def alert_rollback(output_root: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Alerts a rollback through [Notify]; the alerts sent, for the ledger."""
+    reason = (
+        f"rolled back from {record['from']} to {record['to']} by {record['who']}: "
+        f"{record['reason']}"
+    )
+    return notify.send(output_root, record["to"], notify.ROLLBACK, reason)
 
 
 def luigi_argv(argv: list[str]) -> list[str]:
@@ -48,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         # Only now: the rollback reads served SavedModels' markers through TensorFlow.
         from evaluate import rollback
 
-        return rollback.main(args[1:], rollback_defaults())
+        return rollback.main(args[1:], rollback_defaults(), alert_rollback)
     try:
         luigi_run(luigi_argv(args))
     finally:

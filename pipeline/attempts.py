@@ -4,7 +4,8 @@ The attempt begins when luigi first asks the command line's root task whether it
 (before anything is scheduled, so refusals count), learns from luigi's events which stage ran,
 for how long and how it ended, and is written to `contract.ledger` once, when the run ends:
 from `pipeline.__main__` after luigi returns, or at the process's exit under the `luigi`
-command. Writing it never changes the run's result: a failure only logs a warning.
+command. Just before, the alerts its outcome calls for are sent (`pipeline.night_alerts`) and
+listed in the record. Neither ever changes the run's result: a failure only logs a warning.
 
 Stage figures come from the process that ran the task: with luigi's `--workers N` (N > 1) the
 tasks run in forked processes, and the record keeps only the outcome.
@@ -13,6 +14,7 @@ tasks run in forked processes, and the record keeps only the outcome.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -31,6 +33,7 @@ import luigi
 from luigi.cmdline_parser import CmdlineParser
 
 from contract import atomic, gfile, layout, ledger, run_lock, storage
+from pipeline import night_alerts, notify
 from pipeline.runner import StageFailed
 
 if TYPE_CHECKING:
@@ -89,6 +92,8 @@ class Attempt:
     succeeded: bool = False
     stages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     running: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # The alert channels as the run's command line and luigi.cfg gave them (None: unreadable).
+    alert_settings: notify.Settings | None = None
 
     @property
     def writable(self) -> bool:
@@ -249,6 +254,10 @@ def _begin(task: RunTask) -> Attempt | None:
     )
     if attempt.writable:
         attempt.bytes_at_start = _folder_bytes(attempt.run_dir())
+    # Read now: luigi's command-line values are gone once luigi returns. Settings that cannot
+    # be read are refused by the parameter checks that follow.
+    with contextlib.suppress(notify.NotifySettingsError):
+        attempt.alert_settings = notify.current_settings()
     _current = attempt
     if not _exit_hook_registered:
         atexit.register(finish)  # under the `luigi` command, nothing runs after luigi
@@ -306,7 +315,8 @@ def listen(task_class: type[luigi.Task]) -> None:
 
 
 def finish() -> dict[str, Any] | None:
-    """Writes the current attempt's record to the ledger, once; a failure only warns.
+    """Sends the alerts the attempt calls for (`night_alerts.attempt_alerts`), then writes its
+    record, with them as `alerts`, to the ledger, once; a failure of either only warns.
 
     Returns:
         The record, or None when no attempt was under way (or its root cannot hold a ledger).
@@ -317,6 +327,11 @@ def finish() -> dict[str, Any] | None:
         return None
     try:
         record = attempt.record()
+        record["alerts"] = (
+            night_alerts.attempt_alerts(attempt.output_root, record, attempt.alert_settings)
+            if attempt.alert_settings is not None
+            else []
+        )
         ledger.append(attempt.output_root, record)
     except Exception as e:  # noqa: BLE001 - the ledger must never fail the night
         logger.warning(

@@ -22,6 +22,7 @@ from pipeline.config import Docker, Executor
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.full_run import FullRun
+from pipeline.notify import Notify
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
@@ -38,6 +39,11 @@ SECTIONS: list[tuple[type[luigi.Task], str]] = [
     (Evaluate, "The evaluate stage (`python -m evaluate`)."),
     (Executor, "Where the stages run."),
     (Docker, "How the `docker` executor runs containers."),
+    (
+        Notify,
+        "Alerts of nights that need attention (docs/operations.md, Alerts); e-mail goes "
+        "through luigi's own [smtp] and [email] sections.",
+    ),
 ]
 
 INTRO = """\

@@ -17,7 +17,7 @@ from luigi.parameter import ConfigPath
 
 from contract import dates, layout, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, error_line
-from pipeline import attempts, config
+from pipeline import attempts, config, failure_email, notify
 from pipeline.stage_params import parameter_for
 from preprocess.config import PreprocessConfig
 
@@ -78,6 +78,12 @@ class RunTask(luigi.Task):
         refuse_bad_parameters(self)
         return bool(super().complete())
 
+    def on_failure(self, exception: BaseException) -> str:
+        """What luigi reports of the failure, in its scheduler and its failure e-mail: the
+        stage's one-line error first, then luigi's traceback."""
+        details = str(super().on_failure(exception))
+        return failure_email.explanation(attempts.one_line(exception), details)
+
     def check_parameters(self) -> None:
         """Refuses parameter values the stage would refuse; the stage tasks say which.
 
@@ -108,6 +114,7 @@ class RunTask(luigi.Task):
 
 
 attempts.listen(RunTask)
+failure_email.install()
 
 
 class BadParameterExit(SystemExit):
@@ -124,8 +131,14 @@ class BadParameterExit(SystemExit):
 def refuse_bad_parameters(*tasks: RunTask) -> None:
     """Stops the program, with the stages' one error line and exit 2, when a task's parameters
     are out of range: while luigi decides what to run, so nothing has run yet (a threshold of
-    the last stage is not found wrong after the hours of training before it).
+    the last stage is not found wrong after the hours of training before it). The alert
+    settings ([Notify]) are checked first.
     """
+    try:
+        notify.check_settings()
+    except notify.NotifySettingsError as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        raise BadParameterExit(str(e)) from None
     for task in tasks:
         try:
             task.check_parameters()

@@ -4,7 +4,9 @@
 
 The table ends at today (UTC) or at the newest date in the ledger, whichever is later. Exit 0
 when its last night was evaluated (blessed or not), 1 when that night failed, was refused or is
-missing, 2 (one `error: ...` line) when the folder is not an output root.
+missing, 2 (one `error: ...` line) when the folder is not an output root or a [Notify] setting
+cannot be used. With exit 1 it also alerts that night through [Notify]
+(`pipeline.night_alerts`): a missed night, or a failure whose alert was not delivered yet.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import luigi.configuration
 
 from contract import atomic, dates, gfile, layout, ledger
 from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
+from pipeline import night_alerts, notify
 from pipeline.terminal import format_duration
 
 DEFAULT_NIGHTS = 14
@@ -194,14 +197,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.nights < 1:
         parser.error(f"--nights must be at least 1, got {args.nights}")
     output_root = args.output_root or default_output_root()
-    errors: tuple[type[BaseException], ...] = (NotAnOutputRoot, *gfile.file_errors())
+    errors: tuple[type[BaseException], ...] = (
+        NotAnOutputRoot,
+        notify.NotifySettingsError,
+        *gfile.file_errors(),
+    )
     try:
         check_output_root(output_root)
+        alert_settings = notify.check_settings()
         rows = nights(output_root, args.nights)
     except errors as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     code = exit_status(rows)
+    if code != 0 and rows:
+        # A missed night, or a failure whose alert was not delivered yet.
+        night_alerts.status_alerts(output_root, rows[-1], alert_settings)
     if args.json:
         document = {"output_root": output_root, "exit_status": code, "nights": rows}
         print(json.dumps(document, indent=2))

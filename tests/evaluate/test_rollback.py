@@ -183,3 +183,21 @@ def test_a_folder_that_is_no_output_root_is_refused(tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "is not an output root" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rollback_alerts_through_notify_and_the_ledger_names_the_alert(three_nights, monkeypatch):
+    from pipeline import notify
+
+    sent = []
+
+    def send(output_root, date, outcome, reason, links=None, settings=None):
+        sent.append((output_root, date, outcome, reason))
+        return [{"channel": "webhook", "date": date, "outcome": outcome, "status": "sent"}]
+
+    monkeypatch.setattr(notify, "send", send)
+    assert _rollback(three_nights, "--to", NIGHTS[1], "--reason", "a bad drop") == 0
+    ((root, date, outcome, reason),) = sent
+    assert (root, date, outcome) == (str(three_nights), NIGHTS[1], notify.ROLLBACK)
+    assert f"rolled back from {NIGHTS[2]} to {NIGHTS[1]}" in reason and "a bad drop" in reason
+    (entry,) = [r for r in ledger.read(str(three_nights)) if r["entry_point"] == "rollback"]
+    assert entry["alerts"][0]["outcome"] == notify.ROLLBACK
