@@ -14,7 +14,6 @@ dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime
 import logging
 import os
@@ -31,7 +30,7 @@ from pipeline.evaluate_task import Evaluate
 from pipeline.params import RunTask, check_output_root, plain_value, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
-from train.config import TrainConfig
+from train.config import SHAPING_SETTINGS
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
 # where the sources come from, and max_records_per_file only how many files hold them.
@@ -53,17 +52,6 @@ SHARD_SET_PARAMETERS = (
 
 class ShardSetMismatch(RuntimeError):
     """The date's shard set exists but was made with other Preprocess parameters."""
-
-
-# Train parameters that only say how often to log or save, or how long to wait: a finished
-# run made with other values is the same model. Every other Train parameter that is a training
-# setting (train.config.TrainConfig) is compared with the run's recorded config.json.
-TRAIN_PARAMETERS_NOT_COMPARED = (
-    "save_freq_steps",
-    "scalar_freq_steps",
-    "histogram_freq_steps",
-    "collective_timeout_seconds",
-)
 
 
 class TrainSettingsMismatch(RuntimeError):
@@ -233,11 +221,10 @@ def check_train_settings(train: Train) -> None:
     if not gfile.exists(path):
         return  # trained by a version that did not record its settings
     recorded = atomic.read_json(path)
-    settings = {f.name for f in dataclasses.fields(TrainConfig)}
+    # What shapes training, as train.config declares it; how often to log or save, or how long
+    # to wait, makes the same model.
     compared = sorted(
-        name
-        for name in train.param_kwargs
-        if name in settings and name in recorded and name not in TRAIN_PARAMETERS_NOT_COMPARED
+        name for name in train.param_kwargs if name in SHAPING_SETTINGS and name in recorded
     )
     differing = [
         f"{name} {recorded[name]!r} (now {plain_value(getattr(train, name))!r})"

@@ -145,3 +145,20 @@ def test_evaluate_task_command_gives_the_stage_the_tasks_values(tmp_path):
 def test_worker_command_carries_the_launchers_config():
     config = TrainConfig("d", "t", epochs=2, learning_rate=0.1 + 0.2, augment="flip-shift")
     assert parse(TrainConfig, worker_argv(config)[4:]) == config
+
+
+def test_every_training_setting_declares_whether_it_shapes_training():
+    from train import backup
+    from train.config import SHAPING_SETTINGS
+
+    for field in dataclasses.fields(TrainConfig):
+        assert isinstance(field.metadata.get("shapes_training"), bool), field.name
+    # What the resume fingerprint and FullRun's "settings changed" check use comes from it.
+    assert set(backup.FINGERPRINTED_SETTINGS) < set(SHAPING_SETTINGS)
+    assert set(SHAPING_SETTINGS) - set(backup.FINGERPRINTED_SETTINGS) == {
+        "hparams",
+        "input_memory_budget_mb",
+    }
+    for name in ("save_freq_steps", "collective_timeout_seconds", "allow_host_network"):
+        assert name not in SHAPING_SETTINGS
+    assert set(WARM_START_SETTLED) < set(backup.FINGERPRINTED_SETTINGS)

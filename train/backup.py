@@ -31,40 +31,21 @@ import tf_keras as keras
 
 from contract import atomic, layout
 from train import artifacts, cluster, user_model
-from train.config import ConfigError, TrainConfig
+from train.config import SHAPING_SETTINGS, ConfigError, TrainConfig
 from train.data import input_description
 
 SETTINGS_FILE = "settings.json"
 STATE_FILE = "state.json"
 CHECKPOINT_PREFIX = "ckpt"
-# The settings a resume must share with the backup; the rest (log and save frequencies,
-# timeouts) may change between attempts. Threads are shared: a worker's intra-op thread
-# count changes how its reductions are split, and so the rounding of every step.
-SHAPING_SETTINGS = (
-    "threads_per_worker",
-    "model",
-    "epochs",
-    "per_worker_batch_size",
-    "learning_rate",
-    "validation_batch_size",
-    "early_stopping_patience",
-    "reduce_lr_patience",
-    "reduce_lr_factor",
-    "seed",
-    "augment",
-    "lr_schedule",
-    "warmup_epochs",
-    "label_smoothing",
-    "test_time_augment",
-    "precision",
-    "warm_start",
-    "warm_start_learning_rate",
-    "warm_start_finetune_epochs",
-    "warm_start_finetune_learning_rate",
-    "warm_start_from",
-    "warm_start_sha256",
-    "warm_start_date",
-    "cold_start_reason",
+# The settings a resume must share with the backup (those that shape training; the rest, log
+# and save frequencies or timeouts, may change between attempts): each as itself, but for
+# those that enter the fingerprint through a derived value (`fingerprinted_as`: the input
+# description, the model code). Threads shape training: a worker's intra-op thread count
+# changes how its reductions are split, and so the rounding of every step.
+FINGERPRINTED_SETTINGS = tuple(
+    name
+    for name in SHAPING_SETTINGS
+    if "fingerprinted_as" not in TrainConfig.__dataclass_fields__[name].metadata
 )
 # Test-only: "<first save>:<failures>:<errno name>" makes the chief's next <failures> writes
 # to the backup folder, from save number <first save> (1-based) on, fail with that OSError,
@@ -127,7 +108,7 @@ def fingerprint(
     and another checkpoint format)."""
     digests = sorted(entry["sha256"] for entry in shard_manifest["files"])
     data = hashlib.sha256(json.dumps(digests).encode()).hexdigest()[:16]
-    values: dict[str, Any] = {name: getattr(config, name) for name in SHAPING_SETTINGS}
+    values: dict[str, Any] = {name: getattr(config, name) for name in FINGERPRINTED_SETTINGS}
     reading = input_description(
         shard_manifest, num_workers, config.per_worker_batch_size, config.input_memory_budget_mb
     )

@@ -17,13 +17,6 @@ LR_SCHEDULES = ("plateau", "cosine")
 # (TrainConfig.resolved). Variables stay float32 either way.
 PRECISIONS = ("float32", "mixed_bfloat16", "auto")
 WARM_STARTS = ("off", "last-blessed")
-# TrainConfig fields the launcher fills in from warm_start (train.warm_start), not the user.
-WARM_START_SETTLED = (
-    "warm_start_from",
-    "warm_start_sha256",
-    "warm_start_date",
-    "cold_start_reason",
-)
 # CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
 # Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
 BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
@@ -38,103 +31,136 @@ class TrainConfig:
     """Everything one training run needs; the same value goes to every worker.
 
     A field's metadata (help, choices) makes its `python -m train` flag and its Luigi Train
-    parameter (contract.settings): a new setting is declared here and nowhere else.
+    parameter (contract.settings): a new setting is declared here and nowhere else. Its
+    metadata also says what role it plays, and every list that must agree is derived from it:
+
+    - `shapes_training` (every field): whether another value makes another model. Those that
+      do enter the backup's fingerprint (a resume with other values is refused;
+      `fingerprinted_as` names a field that enters it through a derived value instead) and
+      FullRun's "settings changed" check of a finished run; those that do not (where files
+      go, how often to save or log, how long to wait) enter neither.
+    - `settled_by_launcher`: filled in by the launcher from `warm_start`, not by the user.
     """
 
     data_dir: str = dataclasses.field(
-        metadata={"help": "The run's shard set: the folder holding manifest.json (local or gs://)."}
+        metadata={
+            "shapes_training": False,
+            "help": "The run's shard set: the folder holding manifest.json (local or gs://).",
+        }
     )
     train_dir: str = dataclasses.field(
         metadata={
-            "help": "Where the model, history, backups and TensorBoard logs go (local or gs://)."
+            "shapes_training": False,
+            "help": "Where the model, history, backups and TensorBoard logs go (local or gs://).",
         }
     )
     model: str = dataclasses.field(
         default="cnn",
         metadata={
+            "shapes_training": True,
             "help": "A built-in model by name (cnn, cnn2, cnn3, mlp), or your own model "
-            "function by import path, package.module:function (docs/extending.md)."
+            "function by import path, package.module:function (docs/extending.md).",
         },
     )
     epochs: int = dataclasses.field(
-        default=15, metadata={"help": "Most epochs to train (at least 1)."}
+        default=15, metadata={"shapes_training": True, "help": "Most epochs to train (at least 1)."}
     )
     per_worker_batch_size: int = dataclasses.field(
         default=256,
         metadata={
+            "shapes_training": True,
             "help": "Examples per step on each worker; the global batch is this times the "
-            "number of workers."
+            "number of workers.",
         },
     )
     learning_rate: float = dataclasses.field(
-        default=3e-3, metadata={"help": "Adam's initial learning rate."}
+        default=3e-3, metadata={"shapes_training": True, "help": "Adam's initial learning rate."}
     )
     validation_batch_size: int = dataclasses.field(
         default=500,
-        metadata={"help": "Examples per validation step; changes speed, never the metrics."},
+        metadata={
+            "shapes_training": True,
+            "help": "Examples per validation step; changes speed, never the metrics.",
+        },
     )
     early_stopping_patience: int = dataclasses.field(
         default=4,
         metadata={
+            "shapes_training": True,
             "help": "Epochs without a better val_loss before training stops (the best weights "
-            "are kept); 0 turns early stopping off."
+            "are kept); 0 turns early stopping off.",
         },
     )
     reduce_lr_patience: int = dataclasses.field(
         default=2,
         metadata={
+            "shapes_training": True,
             "help": "plateau schedule: epochs without a better val_loss before the learning "
-            "rate is multiplied by reduce_lr_factor; 0 off."
+            "rate is multiplied by reduce_lr_factor; 0 off.",
         },
     )
     reduce_lr_factor: float = dataclasses.field(
         default=0.5,
-        metadata={"help": "plateau schedule: what the learning rate is multiplied by."},
+        metadata={
+            "shapes_training": True,
+            "help": "plateau schedule: what the learning rate is multiplied by.",
+        },
     )
     save_freq_steps: int = dataclasses.field(
         default=100,
         metadata={
+            "shapes_training": False,
             "help": "Steps between backups under <train_dir>/backup/; a restart loses at most "
-            "this many."
+            "this many.",
         },
     )
     scalar_freq_steps: int = dataclasses.field(
         default=50,
-        metadata={"help": "Steps between TensorBoard scalar summaries; 0 for epochs only."},
+        metadata={
+            "shapes_training": False,
+            "help": "Steps between TensorBoard scalar summaries; 0 for epochs only.",
+        },
     )
     histogram_freq_steps: int = dataclasses.field(
         default=200,
         metadata={
-            "help": "Steps between TensorBoard histograms of the all-reduced gradients; 0 off."
+            "shapes_training": False,
+            "help": "Steps between TensorBoard histograms of the all-reduced gradients; 0 off.",
         },
     )
     seed: int = dataclasses.field(
         default=0,
         metadata={
+            "shapes_training": True,
             "help": "Seeds weight initialisation, the input order, augmentation and dropout: "
-            "the same seed, worker count and machine give the same model."
+            "the same seed, worker count and machine give the same model.",
         },
     )
     collective_timeout_seconds: float = dataclasses.field(
         default=60.0,
         metadata={
+            "shapes_training": False,
             "help": "Seconds a worker waits in the gradient or validation all-reduce for a "
-            "vanished peer before failing (each timed collective holds a timer thread this long)."
+            "vanished peer before failing (each timed collective holds a timer thread this long).",
         },
     )
     threads_per_worker: int = dataclasses.field(
-        default=1, metadata={"help": "TensorFlow threads of each worker process."}
+        default=1,
+        metadata={"shapes_training": True, "help": "TensorFlow threads of each worker process."},
     )
     input_memory_budget_mb: int = dataclasses.field(
         default=1024,
         metadata={
+            "shapes_training": True,
+            "fingerprinted_as": "input",
             "help": "MB of a worker's train files held in memory; larger shard sets are "
-            "streamed from disk."
+            "streamed from disk.",
         },
     )
     augment: str = dataclasses.field(
         default="off",
         metadata={
+            "shapes_training": True,
             "help": "On-the-fly augmentation of training batches, seeded like the input order "
             "(validation and evaluation never): flip-shift makes random horizontal flips and "
             "shifts of up to 2 pixels.",
@@ -144,6 +170,7 @@ class TrainConfig:
     lr_schedule: str = dataclasses.field(
         default="plateau",
         metadata={
+            "shapes_training": True,
             "help": "plateau: ReduceLROnPlateau on val_loss; cosine: linear warm-up over "
             "warmup_epochs, then cosine decay to 0 at the last epoch's end.",
             "choices": LR_SCHEDULES,
@@ -151,14 +178,22 @@ class TrainConfig:
     )
     warmup_epochs: int = dataclasses.field(
         default=0,
-        metadata={"help": "cosine schedule: warm-up epochs, fewer than epochs."},
+        metadata={
+            "shapes_training": True,
+            "help": "cosine schedule: warm-up epochs, fewer than epochs.",
+        },
     )
     label_smoothing: float = dataclasses.field(
-        default=0.0, metadata={"help": "Label smoothing of the training loss, in [0, 1)."}
+        default=0.0,
+        metadata={
+            "shapes_training": True,
+            "help": "Label smoothing of the training loss, in [0, 1).",
+        },
     )
     test_time_augment: str = dataclasses.field(
         default="off",
         metadata={
+            "shapes_training": True,
             "help": "flip: the exported model averages its probabilities on each image and on "
             "its left-right mirror; validation scores that model, so the best epoch is chosen "
             "on it.",
@@ -168,6 +203,7 @@ class TrainConfig:
     precision: str = dataclasses.field(
         default="float32",
         metadata={
+            "shapes_training": True,
             "help": "Keras dtype policy: mixed_bfloat16 computes in bfloat16 with float32 "
             "variables, softmax and loss (faster where the CPU has AMX, or on a recent GPU; "
             "the exported model keeps it); auto: mixed_bfloat16 where the CPU reports "
@@ -178,14 +214,17 @@ class TrainConfig:
     hparams: dict[str, Any] = dataclasses.field(
         default_factory=dict,
         metadata={
+            "shapes_training": True,
+            "fingerprinted_as": "model_code",
             "help": "Hyperparameters handed to a model given by import path (and to its "
             """optimizer and loss hooks), as a JSON object: '{"width": 64}'. Built-in models """
-            "take none."
+            "take none.",
         },
     )
     warm_start: str = dataclasses.field(
         default="off",
         metadata={
+            "shapes_training": True,
             "help": "off: fresh weights; last-blessed: start from the model the latest pointer "
             "names, or cold (logged, recorded in history.json) when there is none, it is "
             "missing, fails its sha256 or does not fit the model and input.",
@@ -194,37 +233,72 @@ class TrainConfig:
     )
     warm_start_learning_rate: float = dataclasses.field(
         default=0.0,
-        metadata={"help": "The (peak) learning rate of a run that starts warm; 0: learning_rate."},
+        metadata={
+            "shapes_training": True,
+            "help": "The (peak) learning rate of a run that starts warm; 0: learning_rate.",
+        },
     )
     warm_start_finetune_epochs: int = dataclasses.field(
         default=0,
         metadata={
+            "shapes_training": True,
             "help": "cosine schedule: a run that starts warm first fine-tunes the starting "
             "model for this many epochs, its rate falling from "
             "warm_start_finetune_learning_rate to 0, which takes it past the starting model's "
             "accuracy early; the schedule (warm-up, cosine) then runs its epochs. 0: no "
-            "fine-tune."
+            "fine-tune.",
         },
     )
     warm_start_finetune_learning_rate: float = dataclasses.field(
         default=0.0,
         metadata={
+            "shapes_training": True,
             "help": "The fine-tune's starting rate (warm_start_finetune_epochs); 0: a tenth "
-            "of the warm run's peak rate."
+            "of the warm run's peak rate.",
         },
     )
     # Settled by the launcher from warm_start before any worker starts (train.warm_start).
     warm_start_from: str = dataclasses.field(
-        default="", metadata={"help": "Set by the launcher: the model file a warm start loads."}
+        default="",
+        metadata={
+            "shapes_training": True,
+            "settled_by_launcher": True,
+            "help": "Set by the launcher: the model file a warm start loads.",
+        },
     )
     warm_start_sha256: str = dataclasses.field(
-        default="", metadata={"help": "Set by the launcher: that file's sha256."}
+        default="",
+        metadata={
+            "shapes_training": True,
+            "settled_by_launcher": True,
+            "help": "Set by the launcher: that file's sha256.",
+        },
     )
     warm_start_date: str = dataclasses.field(
-        default="", metadata={"help": "Set by the launcher: the date of that model's run."}
+        default="",
+        metadata={
+            "shapes_training": True,
+            "settled_by_launcher": True,
+            "help": "Set by the launcher: the date of that model's run.",
+        },
+    )
+    allow_host_network: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "shapes_training": False,
+            "help": "Let a local cluster's workers train on the host's network (their gRPC "
+            "ports, without authentication, then listen on every interface) where their own "
+            "private network namespace cannot be made or cannot reach the data; without it "
+            "such a run stops.",
+        },
     )
     cold_start_reason: str = dataclasses.field(
-        default="", metadata={"help": "Set by the launcher: why last-blessed starts cold."}
+        default="",
+        metadata={
+            "shapes_training": True,
+            "settled_by_launcher": True,
+            "help": "Set by the launcher: why last-blessed starts cold.",
+        },
     )
 
     def check(self) -> None:
@@ -351,3 +425,18 @@ def read_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def fields_where(**metadata: object) -> tuple[str, ...]:
+    """The names of TrainConfig's fields whose metadata has these values, in field order."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(TrainConfig)
+        if all(f.metadata.get(key, False) == value for key, value in metadata.items())
+    )
+
+
+# The fields the launcher fills in from warm_start (train.warm_start), not the user.
+WARM_START_SETTLED = fields_where(settled_by_launcher=True)
+# The settings that shape training: FullRun compares them with a finished run's config.json.
+SHAPING_SETTINGS = fields_where(shapes_training=True)

@@ -197,12 +197,23 @@ class LocalProcessBackend:
             self.network = None
 
 
-def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
-    """The private network namespace for a local cluster, or None (with a warning) where the
-    workers must keep the host's network or this machine cannot make one.
+HOST_NETWORK_WAY_OUT = (
+    "pass --allow-host-network (luigi: --Train-allow-host-network) to train on the host's "
+    "network, its gRPC ports (no authentication) open on every interface while it trains"
+)
 
-    Workers of a gs:// run reach the store through the host's network, which a namespace
-    with loopback only would cut off (an emulator on the host's loopback too).
+
+def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
+    """The private network namespace for a local cluster; None (with a warning) only where
+    `allow_host_network` lets the workers keep the host's network.
+
+    Isolation fails closed: where the namespace cannot be made, or cannot reach the data (its
+    only interface is its own loopback, so a gs:// store, and an emulator on the host's
+    loopback, are out of reach from it), the run stops with the reason unless
+    `allow_host_network` is set, which config.json records.
+
+    Raises:
+        ConfigError: the workers cannot be isolated and `allow_host_network` is not set.
     """
     remote = [path for path in (config.data_dir, config.train_dir) if storage.is_remote(path)]
     exposed = (
@@ -210,6 +221,11 @@ def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
         "while they train: keep them closed to other hosts with a firewall"
     )
     if remote:
+        if not config.allow_host_network:
+            raise ConfigError(
+                f"the workers' private network namespace has only its own loopback and cannot "
+                f"reach {' and '.join(remote)}: {HOST_NETWORK_WAY_OUT}"
+            )
         logger.warning(
             "workers keep the host's network to reach %s: %s", " and ".join(remote), exposed
         )
@@ -217,6 +233,10 @@ def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
     try:
         network = PrivateNetwork.create()
     except NamespaceUnavailable as e:
+        if not config.allow_host_network:
+            raise ConfigError(
+                f"no private network namespace for the workers ({e}): {HOST_NETWORK_WAY_OUT}"
+            ) from None
         logger.warning("no private network namespace for the workers (%s): %s", e, exposed)
         return None
     logger.info("workers run in a private network namespace (holder pid %d)", network.holder_pid)

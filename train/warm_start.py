@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract import atomic, dates, gfile, history, layout, model_code, pointer, run_lock
 from train.checks import has_backup_folder, is_settled
-from train.config import ConfigError, TrainConfig
+from train.config import WARM_START_SETTLED, ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     import tf_keras as keras
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("train")
 
 # The fields `settle` fills in; the rest of the config is the user's.
-SETTLED_FIELDS = ("warm_start_from", "warm_start_sha256", "warm_start_date", "cold_start_reason")
+SETTLED_FIELDS = WARM_START_SETTLED
 WeightsSignature = list[tuple[str, tuple[int, ...]]]
 
 

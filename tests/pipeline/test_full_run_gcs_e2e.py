@@ -33,7 +33,8 @@ ROOT = f"gs://{BUCKET}/runs"
 DATE = "2026-01-31"
 # Three epochs with a backup every two steps; worker 1 is killed at its sixth step, inside the
 # second epoch.
-TRAIN_FLAGS = ("--Train-epochs=3", "--Train-save-freq-steps=2")
+# The workers of a gs:// run cannot reach the store from their own network namespace.
+TRAIN_FLAGS = ("--Train-epochs=3", "--Train-save-freq-steps=2", "--Train-allow-host-network")
 KILL_AT_STEP = "1:6"
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
 from tests.waiting import wait_until
 from train.callbacks import HOLD_ENV
-from train.config import TrainConfig
+from train.config import ConfigError, TrainConfig
 from train.launcher import free_ports, private_network_for
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
@@ -122,9 +123,46 @@ def test_training_ports_are_unreachable_from_the_host(tmp_path):
         launch.wait()
 
 
-def test_workers_of_a_remote_run_keep_the_host_network_with_a_warning(caplog):
-    config = TrainConfig(data_dir="gs://bucket/runs/2026-01-31/data", train_dir="/tmp/train")
+def test_a_remote_run_keeps_the_host_network_only_when_allowed(caplog):
+    data = "gs://bucket/runs/2026-01-31/data"
+    with pytest.raises(ConfigError, match="cannot reach gs://bucket/runs/2026-01-31/data: pass"):
+        private_network_for(TrainConfig(data_dir=data, train_dir="/tmp/train"))
+    allowed = TrainConfig(data_dir=data, train_dir="/tmp/train", allow_host_network=True)
     with caplog.at_level(logging.WARNING, logger="train.launcher"):
-        assert private_network_for(config) is None
-    assert "gs://bucket/runs/2026-01-31/data" in caplog.text
-    assert "listen on every interface" in caplog.text
+        assert private_network_for(allowed) is None
+    assert data in caplog.text and "listen on every interface" in caplog.text
+
+
+def test_no_namespace_stops_the_run_unless_the_host_network_is_allowed(monkeypatch, caplog):
+    def unavailable() -> None:
+        raise NamespaceUnavailable("unshare --user --net failed: Operation not permitted")
+
+    monkeypatch.setattr(PrivateNetwork, "create", unavailable)
+    with pytest.raises(ConfigError, match=r"Operation not permitted\): pass --allow-host-network"):
+        private_network_for(TrainConfig(data_dir="/data", train_dir="/train"))
+    allowed = TrainConfig(data_dir="/data", train_dir="/train", allow_host_network=True)
+    with caplog.at_level(logging.WARNING, logger="train.launcher"):
+        assert private_network_for(allowed) is None
+    assert "no private network namespace" in caplog.text
+
+
+def test_the_namespace_cannot_reach_the_hosts_loopback():
+    # Why a gs:// run (or its emulator on the host's loopback) cannot train isolated.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    network = PrivateNetwork.create()
+    try:
+        probe = (
+            "import socket, sys\n"
+            f"try: socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+            "except OSError: sys.exit(7)\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", probe], preexec_fn=network.enter)
+        assert proc.returncode == 7
+        host = subprocess.run([sys.executable, "-c", probe])
+        assert host.returncode == 0  # the same probe on the host's network connects
+    finally:
+        network.close()
+        server.close()
