@@ -17,7 +17,7 @@ from luigi.parameter import ConfigPath
 
 from contract import dates, layout, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, error_line
-from pipeline import attempts, config, failure_email, notify
+from pipeline import attempts, config, config_file, failure_email, notify
 from pipeline.stage_params import parameter_for
 from preprocess.config import PreprocessConfig
 
@@ -131,9 +131,12 @@ class BadParameterExit(SystemExit):
 def refuse_bad_parameters(*tasks: RunTask) -> None:
     """Stops the program, with the stages' one error line and exit 2, when a task's parameters
     are out of range: while luigi decides what to run, so nothing has run yet (a threshold of
-    the last stage is not found wrong after the hours of training before it). The alert
-    settings ([Notify]) are checked first.
+    the last stage is not found wrong after the hours of training before it). A run without
+    a configuration (pipeline.config_file) and the alert settings ([Notify]) are checked first.
     """
+    if config_file.problem is not None:
+        print(error_line(config_file.problem), file=sys.stderr, flush=True)
+        raise BadParameterExit(config_file.problem)
     try:
         notify.check_settings()
     except notify.NotifySettingsError as e:
