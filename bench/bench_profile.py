@@ -203,7 +203,7 @@ def all_reduce_seconds(num_floats: int) -> float:
     import sys
 
     from bench.bench_train import PROJECT_ROOT, stage_env
-    from train.launcher import free_ports
+    from train.local_backend import free_ports
 
     hosts = [f"127.0.0.1:{port}" for port in free_ports(2)]
     processes = []

@@ -25,9 +25,11 @@ from contract.messages import (
 )
 from contract.storage import UnsupportedStorageError
 from train import cluster
-from train.config import ConfigError, TrainConfig
+from train.config import MAX_RESTARTS, ConfigError, TrainConfig
 from train.docker_backend import DockerWorkerBackend
-from train.launcher import MAX_RESTARTS, LaunchError, log_dir_for, worker_argv
+from train.launcher import worker_argv
+from train.restarts import LaunchError
+from train.worker_logs import log_dir_for
 
 
 def precision_notice(precision: str) -> str:

@@ -35,7 +35,7 @@ from train import callbacks, cluster
 from train.backup import Backup, RunState
 from train.callbacks import current_step
 
-# Within the launcher's grace period (train.launcher.STOP_GRACE_SECONDS, 10 s) and a pod's
+# Within the launcher's grace period (train.restarts.STOP_GRACE_SECONDS, 10 s) and a pod's
 # (30 s by default); also how long a worker stuck in a collective lingers after SIGTERM.
 SAVE_SECONDS = 8.0
 ACK_SECONDS = 3.0

@@ -15,7 +15,9 @@ from tests.train.conftest import SMALL_RUN, train_env, write_small_shard_set
 from train import ONEDNN_ENV, cluster
 from train import __main__ as cli
 from train.config import TrainConfig
-from train.launcher import BAD_INPUT_EXIT_CODE, free_ports, worker_argv
+from train.launcher import worker_argv
+from train.local_backend import free_ports
+from train.restarts import BAD_INPUT_EXIT_CODE
 
 
 def launch_args(data_dir: str, train_dir: str, **overrides) -> list[str]:

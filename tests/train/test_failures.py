@@ -18,7 +18,7 @@ from contract.messages import (
 )
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
-from train.launcher import STOP_GRACE_SECONDS, LaunchError, run_cluster
+from train.restarts import STOP_GRACE_SECONDS, LaunchError, run_cluster
 
 
 class ScriptedBackend:

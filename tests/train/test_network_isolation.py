@@ -18,7 +18,7 @@ from tests.train.conftest import launch_argv, train_env, write_small_shard_set
 from tests.waiting import wait_until
 from train.callbacks import HOLD_ENV
 from train.config import ConfigError, TrainConfig
-from train.launcher import free_ports, private_network_for
+from train.local_backend import free_ports, private_network_for
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
 TCP_LISTEN = "0A"
