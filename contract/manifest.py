@@ -5,11 +5,14 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
     {
       "schema_version": 1,
       "dataset": {"name": str (the --dataset value), "version": str,
-                  "adapter": "tfds" | "imagefolder" | "tfrecord" (absent: tfds),
+                  "adapter": "tfds" | "imagefolder" | "tfrecord" | "drops" (absent: tfds),
                   "train_split": str, "eval_split": str (TFDS split syntax, or
-                  "held-out 10% of train (seed 0)" when it was cut from the train split),
+                  "held-out 10% of train (seed 0)" when it was cut from the train split by
+                  the rank of the seed's hash, "held-out 10% of train by image sha256" when
+                  daily drops' eval was cut by each image's sha256),
                   "eval_held_out": {"fraction": float, "of_split": str, "seed": str,
-                                    "num_examples": int} (only when it was cut)},
+                                    "num_examples": int, "chosen_by": "rank of the seed's
+                                    hash" | "image sha256"} (only when it was cut)},
       "parameters": {...the preprocess parameters...},
       "num_workers": int,
       "image_shape": [H, W, C],
@@ -20,7 +23,11 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
       "splits": {
         "train": {"num_examples": int, "examples_per_worker": int, "leftover_examples": int},
         "validation": {"num_examples": int},
-        "eval": {"num_examples": int}
+        "eval": {"num_examples": int,
+                 "duplicates_in_training": int (eval examples whose image bytes, by sha256,
+                                                are also a train or validation example's;
+                                                at most the stage's max_eval_overlap;
+                                                absent in older shard sets)}
       },
       "files": [{"path": str (relative), "split": str, "worker": int | null,
                  "num_examples": int, "sha256": str, "size_bytes": int}, ...],
@@ -38,8 +45,10 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
     }
 
 Beside it the data gate (pipeline/data_gate_task.py, `python -m preprocess.data_gate`) writes
-`anomalies.json` (what its checks found) and, last, `data_gate.json` (its verdict), and keeps
-the schema the data is checked against in `<output_root>/data_gate/schema.pbtxt`.
+`anomalies.json` (what its checks of the train and eval statistics, and of a drops window's
+days, found) and, last, `data_gate.json` (its verdict, with `reset_schema`), and keeps the
+schema the data is checked against in `<output_root>/data_gate/schema.pbtxt`, written only by
+a night that passed (or was accepted with `reset_schema`).
 """
 
 from __future__ import annotations

@@ -69,14 +69,20 @@ class DataGate(RunTask):
 
 def verdict_line(verdict: dict) -> str:
     """`passed against 2026-01-01 (label L-inf 0.0123, pixel mean shift 0.0040, ...)`."""
+    schema = verdict["schema"]
+    reset = bool(verdict.get("reset_schema"))
     if verdict.get("baseline_date") is None:
-        against = (
-            "on its first night (schema inferred)"
-            if verdict["schema"]["inferred_now"]
-            else ("with no earlier night to compare")
-        )
+        if not schema["inferred_now"] or reset:
+            against = "with no earlier night to compare"
+        elif schema.get("kept_now", True):
+            against = "on its first night (schema inferred)"
+        else:
+            against = "on its first night (schema not kept: the night did not pass)"
     else:
-        measures = ", ".join(f"{k} {v:.4f}" for k, v in sorted(verdict["measures"].items()))
+        # The training data's measures first, then the eval split's (`eval_...`).
+        ordered = sorted(verdict["measures"].items(), key=lambda m: (m[0].startswith("eval_"), m))
+        measures = ", ".join(f"{k} {v:.4f}" for k, v in ordered)
         against = f"against {verdict['baseline_date']} ({measures})"
     accepted = f", {verdict['anomalies']} anomalies accepted" if verdict["anomalies"] else ""
-    return f"{verdict['status']} {against}{accepted}"
+    again = ", schema inferred again (--DataGate-reset-schema)" if reset else ""
+    return f"{verdict['status']} {against}{accepted}{again}"

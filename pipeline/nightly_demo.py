@@ -120,7 +120,8 @@ def luigi_command(settings: DemoSettings, date: str) -> list[str]:
         sys.executable, "-m", "luigi", "--module", "pipeline", "FullRun", "--local-scheduler",
         f"--date={date}", f"--output-root={settings.root}", f"--dataset={drops_dataset(drops)}",
         "--Preprocess-raw-image-shape=28x28x1", f"--Preprocess-window-days={settings.days}",
-        "--Train-warm-start=last-blessed",
+        # The window fills up night by night on purpose: night k has k of its days.
+        "--DataGate-min-window-days=1", "--Train-warm-start=last-blessed",
     ]  # fmt: skip
     optional = (
         ("--num-workers", settings.num_workers),

@@ -82,7 +82,17 @@ class PreprocessConfig:
         default=0.1,
         metadata={
             "help": "Share of the train split held out for evaluation when the dataset has no "
-            f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1); cut by the seed's hash, like validation."
+            f"'{DEFAULT_EVAL_SPLIT}' split, in (0, 1); cut by the seed's hash, like validation "
+            "(daily drops: by each image's sha256, so an image never moves from one night's "
+            "training data to a later night's eval split)."
+        },
+    )
+    max_eval_overlap: int = dataclasses.field(
+        default=0,
+        metadata={
+            "help": "Most eval examples whose image bytes are also a train or validation "
+            "example's (counted by sha256 in the Beam job, recorded in the manifest as "
+            "splits.eval.duplicates_in_training); more fails the stage and publishes nothing."
         },
     )
     window_days: int | None = dataclasses.field(
@@ -176,6 +186,11 @@ class PreprocessConfig:
             )
         if not 0.0 < self.eval_fraction < 1.0:
             raise BadInputError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.max_eval_overlap < 0:
+            raise BadInputError(
+                f"max_eval_overlap must be at least 0 (a number of eval examples), "
+                f"got {self.max_eval_overlap}"
+            )
         self.resize_shape()
         self.raw_shape()
         for name in (

@@ -2,185 +2,73 @@
 
     python -m preprocess.data_gate --output_root runs --date 2026-01-02 [--accept_anomalies]
 
-Reads the `train` statistics the preprocess stage wrote (`<run>/data/statistics.pb`). On the
-first night there is no schema: one is inferred from them (tensorflow-metadata Schema, text
-format) and kept as `<output_root>/data_gate/schema.pbtxt`; later nights are checked against it
-(every feature present in every example, the image's number of values, labels and pixels inside
-their domains, no unknown feature). The night is also compared with the statistics of the
-latest earlier date whose gate passed: the label distribution by L-infinity distance, and the
-pixel mean and standard deviation by their shift in units of that night's standard deviation.
+Reads the statistics the preprocess stage wrote (`<run>/data/statistics.pb`): `train` (the
+train and validation splits) and `eval`. Both parts are checked against the schema kept as
+`<output_root>/data_gate/schema.pbtxt` (tensorflow-metadata Schema, text format: every feature
+present in every example, the image's number of values, labels and pixels inside their
+domains, no unknown feature), and each is compared with the same part of the latest earlier
+date whose gate passed: the label distribution by L-infinity distance, and the pixel mean and
+standard deviation by their shift in units of that night's standard deviation. A window of
+daily drops with fewer days that have files than `--min_window_days` (default: all of them) is
+an anomaly too.
+
+Without a kept schema (the first night), or with `--reset_schema` after a deliberate change of
+the data, the schema is inferred from the night's training data and kept only once the night's
+checks pass (with `--reset_schema`, also when its anomalies are accepted): a bad night never
+becomes the schema.
 
 Everything found goes to `<run>/data/anomalies.json` (written every time, empty when nothing
 is found). An anomaly fails the stage with one line (exit 2), so Train never starts, unless
 `--accept_anomalies` accepts it; `<run>/data/data_gate.json`, the verdict, is written last and
-only when the data passed or was accepted. To take a deliberate change of the data as the new
-normal, remove the schema file: the next night infers it again.
+only when the data passed or was accepted.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import re
 import sys
 from typing import Any
 
-import numpy as np
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from contract import atomic, gfile, layout, manifest, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
-from preprocess import statistics
+from preprocess import gate_checks, statistics
 from preprocess.errors import BadInputError, PreprocessError
+from preprocess.gate_checks import PARTS, TRAIN_PART
 from preprocess.gate_config import DataGateConfig
 
-TRAIN_PART = "train"
-PIXEL_MAX = 255
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+RESET_HINT = (
+    "if the data changed on purpose, rerun with --DataGate-reset-schema (python -m "
+    "preprocess.data_gate: --reset_schema) to infer the schema again from tonight's data"
+)
 log = logging.getLogger(__name__)
 
 
-def anomaly(check: str, feature: str, message: str, **values: Any) -> dict[str, Any]:
-    """One anomaly as written to anomalies.json."""
-    return {"check": check, "feature": feature, "description": message, **values}
-
-
-def train_statistics(
-    stats: statistics_pb2.DatasetFeatureStatisticsList, path: str
+def part_statistics(
+    stats: statistics_pb2.DatasetFeatureStatisticsList, part: str, path: str
 ) -> statistics_pb2.DatasetFeatureStatistics:
-    """The statistics of the training data in a list.
+    """The statistics of one part of the data (`train`, `eval`) in a list.
 
     Raises:
         PreprocessError: the list has none.
     """
     for dataset in stats.datasets:
-        if dataset.name == TRAIN_PART:
+        if dataset.name == part:
             return dataset
-    raise PreprocessError(f"{path} holds no statistics of the '{TRAIN_PART}' data")
+    raise PreprocessError(f"{path} holds no statistics of the '{part}' data")
 
 
-def infer_schema(dataset: statistics_pb2.DatasetFeatureStatistics) -> schema_pb2.Schema:
-    """A schema the night's data fits: each feature required in every example, with the
-    number of values and the value range it has (labels: the class indices seen)."""
-    schema = schema_pb2.Schema()
-    for stats in dataset.features:
-        name = ".".join(stats.path.step) or stats.name
-        feature = schema.feature.add(name=name, type=schema_pb2.INT)
-        feature.presence.min_fraction = 1.0
-        feature.presence.min_count = 1
-        common = stats.num_stats.common_stats
-        feature.value_count.min = common.min_num_values
-        feature.value_count.max = common.max_num_values
-        if name == statistics.IMAGE_FEATURE:
-            feature.int_domain.min, feature.int_domain.max = 0, PIXEL_MAX
-        else:
-            # Every class index of the dataset, seen tonight or not: a bucket per class.
-            classes = (
-                len(stats.num_stats.histograms[0].buckets) if stats.num_stats.histograms else 0
-            )
-            feature.int_domain.min = 0
-            feature.int_domain.max = max(classes - 1, int(stats.num_stats.max))
-            feature.int_domain.is_categorical = True
-    return schema
-
-
-def check_schema(
-    schema: schema_pb2.Schema, dataset: statistics_pb2.DatasetFeatureStatistics
-) -> list[dict[str, Any]]:
-    """What in the night's statistics the schema does not allow."""
-    found = []
-    if dataset.num_examples == 0:
-        found.append(anomaly("schema", "", "the training data holds no examples"))
-    known = {f.name for f in schema.feature}
-    for stats in dataset.features:
-        name = ".".join(stats.path.step) or stats.name
-        if name not in known:
-            found.append(anomaly("schema", name, f"feature '{name}' is not in the schema"))
-    for feature in schema.feature:
-        stats = statistics.feature(dataset, feature.name)
-        if stats is None:
-            found.append(anomaly("schema", feature.name, f"feature '{feature.name}' is missing"))
-            continue
-        common = stats.num_stats.common_stats
-        present = common.num_non_missing / max(1, dataset.num_examples)
-        if present < feature.presence.min_fraction:
-            found.append(anomaly(
-                "schema", feature.name,
-                f"feature '{feature.name}' is in {present:.1%} of the examples, the schema "
-                f"asks for {feature.presence.min_fraction:.0%}",
-            ))  # fmt: skip
-        if feature.HasField("value_count") and (
-            common.min_num_values < feature.value_count.min
-            or common.max_num_values > feature.value_count.max
-        ):
-            found.append(anomaly(
-                "schema", feature.name,
-                f"feature '{feature.name}' has {common.min_num_values}-{common.max_num_values} "
-                f"values an example, the schema {feature.value_count.min}-"
-                f"{feature.value_count.max} (another image shape?)",
-            ))  # fmt: skip
-        domain = feature.int_domain
-        if feature.HasField("int_domain") and (
-            stats.num_stats.min < domain.min or stats.num_stats.max > domain.max
-        ):
-            found.append(anomaly(
-                "schema", feature.name,
-                f"feature '{feature.name}' has values {stats.num_stats.min:g} to "
-                f"{stats.num_stats.max:g}, the schema's domain is {domain.min} to {domain.max}"
-                + (" (a new class?)" if domain.is_categorical else ""),
-            ))  # fmt: skip
-    return found
-
-
-def drift(
-    current: statistics_pb2.DatasetFeatureStatistics,
-    previous: statistics_pb2.DatasetFeatureStatistics,
-    previous_date: str,
-    thresholds: dict[str, float],
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The night's distances from the previous night's data, and those over their threshold
-    (`thresholds` by their names in THRESHOLD_NAMES)."""
-    now, before = statistics.label_distribution(current), statistics.label_distribution(previous)
-    width = max(len(now), len(before))
-    now, before = np.pad(now, (0, width - len(now))), np.pad(before, (0, width - len(before)))
-    gaps = np.abs(now - before)
-    label_linf = float(gaps.max()) if width else 0.0
-    image, image_before = (
-        statistics.feature(d, statistics.IMAGE_FEATURE) for d in (current, previous)
-    )
-    measures = {"label_linf": label_linf}
-    found = []
-    label_limit = thresholds["label_drift"]
-    if label_linf > label_limit:
-        worst = int(gaps.argmax())
-        found.append(anomaly(
-            "label_drift", statistics.LABEL_FEATURE,
-            f"the label distribution moved by L-infinity {label_linf:.4f} since {previous_date} "
-            f"(class {worst}: {before[worst]:.4f} -> {now[worst]:.4f}), over the threshold "
-            f"{label_limit:g}",
-            value=label_linf, threshold=label_limit, baseline_date=previous_date,
-        ))  # fmt: skip
-    if image is not None and image_before is not None:
-        scale = image_before.num_stats.std_dev or 1.0
-        for name, now_value, before_value, limit in (
-            ("pixel_mean_shift", image.num_stats.mean, image_before.num_stats.mean,
-             thresholds["pixel_mean_shift"]),
-            ("pixel_stddev_shift", image.num_stats.std_dev, image_before.num_stats.std_dev,
-             thresholds["pixel_stddev_shift"]),
-        ):  # fmt: skip
-            shift = abs(now_value - before_value) / scale
-            measures[name] = shift
-            if shift > limit:
-                what = "mean" if name == "pixel_mean_shift" else "standard deviation"
-                found.append(anomaly(
-                    name, statistics.IMAGE_FEATURE,
-                    f"the pixel {what} moved from {before_value:.3f} to {now_value:.3f} since "
-                    f"{previous_date}, {shift:.4f} standard deviations, over the threshold "
-                    f"{limit:g}",
-                    value=shift, threshold=limit, baseline_date=previous_date,
-                ))  # fmt: skip
-    return measures, found
+def train_statistics(
+    stats: statistics_pb2.DatasetFeatureStatisticsList, path: str
+) -> statistics_pb2.DatasetFeatureStatistics:
+    """The statistics of the training data in a list (see `part_statistics`)."""
+    return part_statistics(stats, TRAIN_PART, path)
 
 
 def schema_path(output_root: str) -> str:
@@ -201,7 +89,8 @@ def read_schema(path: str) -> schema_pb2.Schema:
     except text_format.ParseError as e:
         raise BadInputError(
             f"schema {path} is not a tensorflow-metadata Schema in text format ({e}): fix it, "
-            "or remove it to infer it again from the next night"
+            "or rerun with --DataGate-reset-schema (python -m preprocess.data_gate: "
+            "--reset_schema) to infer it again from tonight's data"
         ) from None
 
 
@@ -244,8 +133,35 @@ def read_statistics(data_dir: str) -> statistics_pb2.DatasetFeatureStatisticsLis
     return statistics.read(path)
 
 
+def compare_with(
+    output_root: str,
+    baseline: str,
+    current: dict[str, statistics_pb2.DatasetFeatureStatistics],
+    thresholds: dict[str, float],
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Each part's drift from the same part of the baseline night: (measures, anomalies).
+
+    Raises:
+        PreprocessError: the baseline's statistics cannot be read.
+    """
+    before = read_statistics(layout.data_dir(output_root, baseline))
+    measures: dict[str, float] = {}
+    found: list[dict[str, Any]] = []
+    for part in PARTS:
+        previous = next((d for d in before.datasets if d.name == part), None)
+        if previous is None:
+            continue  # nothing of this part to compare with
+        part_measures, drifted = gate_checks.drift(
+            current[part], previous, baseline, thresholds, part
+        )
+        measures.update(part_measures)
+        found += drifted
+    return measures, found
+
+
 def run_gate(config: DataGateConfig) -> dict[str, Any]:
-    """Checks the night's data; writes anomalies.json, then (if it passes) data_gate.json.
+    """Checks the night's data; writes anomalies.json, then (if it passes) the schema when it
+    was inferred tonight, and data_gate.json.
 
     Returns:
         The verdict written to `<run>/data/data_gate.json`.
@@ -258,23 +174,21 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
     config.check()
     output_root, date = config.output_root, config.date
     data_dir = layout.data_dir(output_root, date)
-    current = train_statistics(read_statistics(data_dir), data_dir)
+    stats = read_statistics(data_dir)
+    current = {part: part_statistics(stats, part, data_dir) for part in PARTS}
     kept = schema_path(output_root)
-    inferred = not gfile.exists(kept)
-    if inferred:
-        schema = infer_schema(current)
-        gfile.makedirs(layout.join(output_root, manifest.SCHEMA_DIR))
-        atomic.write_bytes_atomic(kept, text_format.MessageToString(schema).encode())
-        log.info("inferred the schema %s from the data of %s", kept, date)
-    else:
-        schema = read_schema(kept)
-    found = check_schema(schema, current)
+    inferred = config.reset_schema or not gfile.exists(kept)
+    schema = gate_checks.infer_schema(current[TRAIN_PART]) if inferred else read_schema(kept)
+    found = [a for part in PARTS for a in gate_checks.check_schema(schema, current[part], part)]
+    window = None
+    drops = manifest.read_manifest(data_dir).get(manifest.DROPS_KEY)
+    if drops is not None:
+        window = gate_checks.window_days(drops, config.min_window_days)
+        found += gate_checks.check_window(window, date)
     baseline = previous_night(output_root, date)
     measures: dict[str, float] = {}
     if baseline is not None:
-        previous_dir = layout.data_dir(output_root, baseline)
-        previous = train_statistics(read_statistics(previous_dir), previous_dir)
-        measures, drifted = drift(current, previous, baseline, config.thresholds)
+        measures, drifted = compare_with(output_root, baseline, current, config.thresholds)
         found += drifted
     anomalies_path = layout.join(data_dir, manifest.ANOMALIES_FILE)
     report = {
@@ -284,15 +198,27 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
         "baseline_date": baseline,
         "measures": measures,
         "thresholds": config.thresholds,
+        "reset_schema": config.reset_schema,
+        **({"window": window} if window is not None else {}),
     }
     atomic.write_json_atomic(anomalies_path, report)
     if found and not config.accept_anomalies:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        # A kept schema the data no longer fits may be the one to change.
+        schema_changed = not inferred and any(a["check"] == "schema" for a in found)
         raise BadInputError(
             f"data gate: {found[0]['description']}{more}; the run stops before training. "
             f"See {anomalies_path}; to train on this data anyway, rerun with "
             "--DataGate-accept-anomalies (python -m preprocess.data_gate: --accept_anomalies)"
+            + (f"; {RESET_HINT}" if schema_changed else "")
         )
+    text = text_format.MessageToString(schema).encode()
+    # Only a night that passed (or, asked to reset, was accepted) becomes the schema.
+    keep = inferred and (not found or config.reset_schema)
+    if keep:
+        gfile.makedirs(layout.join(output_root, manifest.SCHEMA_DIR))
+        atomic.write_bytes_atomic(kept, text)
+        log.info("inferred the schema %s from the data of %s", kept, date)
     verdict = {
         "date": date,
         "status": "accepted" if found else "passed",
@@ -300,11 +226,14 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
         "schema": {
             "path": kept,
             "inferred_now": inferred,
-            "sha256": atomic.sha256_file(kept),
+            "kept_now": keep,
+            "sha256": hashlib.sha256(text).hexdigest() if inferred else atomic.sha256_file(kept),
         },
+        "reset_schema": config.reset_schema,
         "baseline_date": baseline,
         "measures": measures,
         "thresholds": config.thresholds,
+        **({"window": window} if window is not None else {}),
     }
     atomic.write_json_atomic(layout.join(data_dir, manifest.DATA_GATE_FILE), verdict)
     return verdict

@@ -34,12 +34,18 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9*]+)*")
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """An opened dataset: what it holds, the reader of its splits' ranges, and (daily drops)
-    the manifest's record of the days and files read."""
+    """An opened dataset: what it holds, the reader of its splits' ranges, (daily drops) the
+    manifest's record of the days and files read, and (datasets of the user's files) each own
+    split's files in reading order with their number of examples.
+
+    A TFDS dataset has no files of the user's (`files` is None): TFDS writes its own, and the
+    Beam job's count of eval images also in the training data is what guards its splits.
+    """
 
     spec: sources.DatasetSpec
     reader: reading.RangeReader
     drops: dict[str, Any] | None = None
+    files: dict[str, list[tuple[str, int]]] | None = None
 
 
 def parse(dataset: str) -> tuple[str, str]:
@@ -106,7 +112,9 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
             class_names,
             {split: len(files) for split, files in listing.items()},
         )
-        return Source(spec, image_folder.ImageFolderReader(listing, shaper, cfg.batch_size))
+        reader = image_folder.ImageFolderReader(listing, shaper, cfg.batch_size)
+        files = {split: [(path, 1) for path, _ in images] for split, images in listing.items()}
+        return Source(spec, reader, files=files)
     fmt = tfrecord_source.ExampleFormat(cfg.image_feature, cfg.label_feature, cfg.raw_shape())
     window = None
     if adapter == drops.ADAPTER:
@@ -122,9 +130,10 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
     spec = _spec(cfg.dataset, adapter, scanned.version, shaper, scanned.class_names, sizes)
     reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size)
     if window is None:
-        return Source(spec, reader)
+        return Source(spec, reader, files=scanned.files)
     counts = {path: count for files in scanned.files.values() for path, count in files}
-    return Source(spec, reader, drops.describe(window, counts, drops.window_days(cfg)))
+    described = drops.describe(window, counts, drops.window_days(cfg))
+    return Source(spec, reader, described, scanned.files)
 
 
 def _base(split_expression: str) -> str:
@@ -157,6 +166,13 @@ def holds_out_eval(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> bool:
     """Whether the eval split is cut from the train split: the default eval split was asked
     for and the dataset has none."""
     return cfg.eval_split == DEFAULT_EVAL_SPLIT and DEFAULT_EVAL_SPLIT not in spec.split_sizes
+
+
+def holds_out_eval_by_image(cfg: PreprocessConfig, spec: sources.DatasetSpec) -> bool:
+    """Whether the held-out eval split is chosen by each image's digest rather than by rank:
+    for daily drops, whose window moves, so that an image never goes from one night's training
+    data to a later night's eval split (`eval_overlap.is_held_out`)."""
+    return holds_out_eval(cfg, spec) and spec.adapter == drops.ADAPTER
 
 
 def resolve_split(spec: sources.DatasetSpec, expression: str) -> list[reading.SplitRange]:

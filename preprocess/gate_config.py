@@ -52,12 +52,29 @@ class DataGateConfig:
             "night, relative to it."
         },
     )
+    min_window_days: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "drops: datasets: fewest days of the night's window that must have files; "
+            "a window with fewer fails the gate (--DataGate-accept-anomalies lets it through). "
+            "Empty: every day of the window."
+        },
+    )
     accept_anomalies: bool = dataclasses.field(
         default=False,
         metadata={
             "help": "Let the night's data through whatever the gate finds (the anomalies are "
             "still written and the verdict says 'accepted'). Per run only "
             "(--DataGate-accept-anomalies); never set it in luigi.cfg."
+        },
+    )
+    reset_schema: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Infer the schema again from the night's training data, after a deliberate "
+            "change of the data, and keep it once the night passes (or its anomalies are "
+            "accepted); recorded in the night's data_gate.json. Per run only "
+            "(--DataGate-reset-schema); never set it in luigi.cfg."
         },
     )
 
@@ -69,6 +86,10 @@ class DataGateConfig:
         """
         if not _DATE.fullmatch(self.date):
             raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'")
+        if self.min_window_days is not None and self.min_window_days < 1:
+            raise BadInputError(
+                f"min_window_days must be at least 1 (a number of days), got {self.min_window_days}"
+            )
         for name in THRESHOLD_NAMES:
             value = getattr(self, f"{name}_threshold")
             if not (math.isfinite(value) and value >= 0):

@@ -18,9 +18,11 @@ from preprocess import (
     dask_support,
     datasets,
     drops,
+    eval_overlap,
     plan,
     reading,
     shard_set,
+    source_overlap,
     sources,
     statistics,
     transforms,
@@ -111,9 +113,10 @@ def role_sizes(roles: dict[str, list[reading.SplitRange]]) -> dict[str, int]:
 def make_plans(
     cfg: PreprocessConfig, spec: sources.DatasetSpec, held_out: bool
 ) -> dict[str, transforms.MakePlan]:
-    """Each source role's plan maker (number of examples → plan); files are cut by bytes.
+    """Each role's plan maker (number of examples → plan); files are cut by bytes.
 
-    With `held_out`, the train role's plan also cuts the eval split and there is no eval role.
+    With `held_out`, the train role's plan also cuts the eval split by rank and there is no
+    eval role. (An eval split held out by image digest is an eval role the job fills.)
     """
     per_file = plan.records_per_file(
         record_bytes(spec), cfg.max_bytes_per_file, cfg.max_records_per_file
@@ -142,7 +145,8 @@ def _build_pipeline(
     staging: str,
 ) -> None:
     spec = source.spec
-    plans = make_plans(cfg, spec, EVAL_ROLE not in roles)
+    by_image = datasets.holds_out_eval_by_image(cfg, spec)
+    plans = make_plans(cfg, spec, EVAL_ROLE not in roles and not by_image)
     expressions = {TRAIN_ROLE: cfg.train_split, EVAL_ROLE: cfg.eval_split}
     reader = reading.SplitChunkReader(
         source.reader, {expressions[role]: ranges for role, ranges in roles.items()}
@@ -160,17 +164,29 @@ def _build_pipeline(
         )
         bits = transforms.bucket_bits(size, record_bytes(spec), cfg.bucket_bytes, MIN_BUCKETS)
         plans_and_bits[role] = (plans[role], bits)
-    # One chain to one last step: the DaskRunner computes only the graph's last step.
+    hold_out = None
+    if by_image:  # the eval role is what the train role's reading holds out
+        plans_and_bits[EVAL_ROLE] = (plans[EVAL_ROLE], plans_and_bits[TRAIN_ROLE][1])
+        hold_out = (EVAL_ROLE, cfg.eval_fraction)
+    written = chunks | "Shard" >> transforms.ShardSplits(
+        plans_and_bits, cfg.seed, staging, reader, hold_out
+    )
+    counted = written | "CountFileStatistics" >> beam.Map(
+        statistics.file_counts,
+        staging_dir=staging,
+        image_shape=spec.image_shape,
+        num_classes=len(spec.class_names),
+    )
+    digest_bits = transforms.bucket_bits(
+        sum(role_sizes(roles).values()), eval_overlap.DIGEST_BYTES, cfg.bucket_bytes, MIN_BUCKETS
+    )
+    duplicates = written | "CountEvalDuplicates" >> eval_overlap.CountEvalDuplicates(
+        staging, digest_bits
+    )
+    # Both branches end in one last step: the DaskRunner computes only the graph's last step.
     _ = (
-        chunks
-        | "Shard" >> transforms.ShardSplits(plans_and_bits, cfg.seed, staging, reader)
-        | "CountFileStatistics"
-        >> beam.Map(
-            statistics.file_counts,
-            staging_dir=staging,
-            image_shape=spec.image_shape,
-            num_classes=len(spec.class_names),
-        )
+        (counted, duplicates)
+        | "MergeCounts" >> beam.Flatten()
         | "ListEntries" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
         | "WriteFileList"
         >> beam.Map(lambda e: atomic.write_json_atomic(layout.join(staging, FILES_LIST), e))
@@ -233,6 +249,33 @@ def check_written(
             )
 
 
+def held_out_by_image(
+    cfg: PreprocessConfig, sizes: dict[str, int], files: list[dict[str, Any]]
+) -> dict[str, int]:
+    """The roles' sizes once the job held the eval split out of the train role by image digest:
+    the train role less what went to eval, and the eval role.
+
+    Raises:
+        PreprocessError: the written splits do not add up to the train split (a lossy runner).
+        BadInputError: no image fell in the held-out share.
+    """
+    n = sizes[TRAIN_ROLE]
+    written = {s: sum(f["num_examples"] for f in files if f["split"] == s) for s in layout.SPLITS}
+    if sum(written.values()) != n:
+        raise PreprocessError(
+            f"split '{cfg.train_split}' has {n} examples but the runner wrote "
+            f"{sum(written.values())} (train {written[layout.TRAIN_SPLIT]} + validation and "
+            f"leftover {written[layout.VALIDATION_SPLIT]} + held-out eval "
+            f"{written[layout.EVAL_SPLIT]}): records were lost or repeated; nothing published"
+        )
+    if written[layout.EVAL_SPLIT] == 0:
+        raise BadInputError(
+            f"eval_fraction {cfg.eval_fraction} of the {n} examples of '{cfg.train_split}' "
+            "held out no image: raise --eval_fraction or name an eval split with --eval_split"
+        )
+    return {TRAIN_ROLE: n - written[layout.EVAL_SPLIT], EVAL_ROLE: written[layout.EVAL_SPLIT]}
+
+
 def _check_splits(cfg: PreprocessConfig, spec: sources.DatasetSpec, sizes: dict[str, int]) -> None:
     n = sizes[TRAIN_ROLE]
     held_out = EVAL_ROLE not in sizes
@@ -289,6 +332,14 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
         roles = resolve_roles(cfg, spec)
         sizes = role_sizes(roles)
         _check_splits(cfg, spec, sizes)
+        # Files of the user's only: a TFDS dataset's files are TFDS's own, shared by every
+        # split, and the job's count of eval images in the training data guards its splits.
+        if source.files is not None and EVAL_ROLE in roles:
+            known = {f["path"]: f["sha256"] for f in (source.drops or {}).get("files", [])}
+            splits = (cfg.train_split, cfg.eval_split)
+            source_overlap.check_disjoint(
+                source.files, roles[TRAIN_ROLE], roles[EVAL_ROLE], splits, known
+            )
         if dask_support.is_dask(options):
             examples = sum(sizes.values())
             beam_args = dask_support.prepare(
@@ -310,14 +361,20 @@ def run_preprocess(cfg: PreprocessConfig, beam_args: list[str] | None = None) ->
                 f"the runner finished without writing the file list {files_path}: "
                 "it skipped the job's last step; nothing published"
             )
-        counted = atomic.read_json(files_path)
+        counted, duplicates = eval_overlap.split_listing(atomic.read_json(files_path))
         files = [{k: v for k, v in f.items() if k != statistics.STATISTICS_KEY} for f in counted]
+        by_image = datasets.holds_out_eval_by_image(cfg, spec)
+        if by_image:
+            sizes = held_out_by_image(cfg, sizes, files)
         check_written(cfg, spec, sizes, files, staging)
+        eval_overlap.check_count(duplicates, cfg.max_eval_overlap)
         shard_set.keep_only(staging, [f["path"] for f in files])
         extra = {manifest.STATISTICS_KEY: write_statistics(counted, spec, staging)}
         if source.drops is not None:
             extra[manifest.DROPS_KEY] = source.drops
-        doc = shard_set.build_manifest(cfg, spec, sizes, files, extra)
+        doc = shard_set.build_manifest(
+            cfg, spec, sizes, files, extra, duplicates=duplicates, eval_by_image=by_image
+        )
         shard_set.publish(staging, data_dir, doc)
     finally:
         dask_cluster.close()

@@ -140,21 +140,26 @@ def build_manifest(
     sizes: dict[str, int],
     files: list[dict[str, Any]],
     extra: dict[str, Any] | None = None,
+    *,
+    duplicates: int,
+    eval_by_image: bool = False,
 ) -> dict[str, Any]:
     """The manifest document (schema in contract.manifest) of a written shard set.
 
     Args:
         cfg: the stage's parameters.
         spec: the dataset.
-        sizes: examples read per source role ("train", and "eval" unless it was held out of
-            the train split).
+        sizes: examples per role ("train", and "eval" unless it was held out of the train
+            split by rank).
         files: the written files' entries.
         extra: further top-level sections (the statistics file, the drops read).
+        duplicates: eval examples whose image is also a train or validation example's.
+        eval_by_image: the eval role was held out of the train split by image digest.
 
     Raises:
         PreprocessError: the written counts disagree with the dataset's split sizes.
     """
-    held_out = "eval" not in sizes
+    held_out = "eval" not in sizes  # by rank
     train = plan.TrainPlan(
         sizes["train"],
         cfg.num_workers,
@@ -177,15 +182,17 @@ def build_manifest(
         "train_split": cfg.train_split,
         "eval_split": cfg.eval_split,
     }
-    if held_out:
+    if held_out or eval_by_image:
+        chosen = "by image sha256" if eval_by_image else f"(seed {cfg.seed})"
         dataset["eval_split"] = (
-            f"held-out {cfg.eval_fraction * 100:g}% of {cfg.train_split} (seed {cfg.seed})"
+            f"held-out {cfg.eval_fraction * 100:g}% of {cfg.train_split} {chosen}"
         )
         dataset["eval_held_out"] = {
             "fraction": cfg.eval_fraction,
             "of_split": cfg.train_split,
             "seed": cfg.seed,
-            "num_examples": train.num_eval,
+            "num_examples": counts[layout.EVAL_SPLIT],
+            "chosen_by": "image sha256" if eval_by_image else "rank of the seed's hash",
         }
     return {
         "schema_version": manifest.SCHEMA_VERSION,
@@ -207,7 +214,10 @@ def build_manifest(
                 "held_out_examples": train.num_validation,
                 "leftover_train_examples": train.leftover_examples,
             },
-            layout.EVAL_SPLIT: {"num_examples": counts[layout.EVAL_SPLIT]},
+            layout.EVAL_SPLIT: {
+                "num_examples": counts[layout.EVAL_SPLIT],
+                "duplicates_in_training": duplicates,
+            },
         },
         "files": sorted(files, key=lambda f: f["path"]),
         **(extra or {}),

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from contract import layout
 from contract.atomic import write_file_atomic
+from preprocess import eval_overlap
 from preprocess.reading import Chunk, ChunkReader
 
 Keyed = tuple[bytes, bytes]  # (sha256 key, serialised record)
@@ -42,6 +43,7 @@ FragmentRef = tuple[str, int]  # (file of one chunk's records of one bucket, rec
 Piece = tuple[str, int, int]  # (spilled bucket file, first record, end record)
 CopyTask = tuple[str, str, int | None, list[Piece]]  # (path, split, worker, pieces)
 MakePlan = Callable[[int], Any]  # number of examples -> plan.TrainPlan / plan.WholeSplitPlan
+HoldOut = tuple[str, float]  # (role, share of a role's images that go to it by image digest)
 FRAGMENTS_DIR = "_fragments"
 BUCKETS_DIR = "_buckets"
 MAX_BUCKET_BITS = 20
@@ -105,15 +107,26 @@ class SpillFragments(beam.DoFn):
     chunk touches; emits (bucket id, (fragment path, count)) per fragment and nothing bigger.
 
     The chunk is held in memory while it is cut by bucket (its size is the read chunk size),
-    then each fragment is written in turn through a temporary name.
+    then each fragment is written in turn through a temporary name. With `hold_out`, the records
+    whose image digest falls in its share go to its role instead of `role`
+    (`eval_overlap.is_held_out`).
     """
 
-    def __init__(self, reader: ChunkReader, role: str, seed: str, bits: int, staging_dir: str):
+    def __init__(
+        self,
+        reader: ChunkReader,
+        role: str,
+        seed: str,
+        bits: int,
+        staging_dir: str,
+        hold_out: HoldOut | None = None,
+    ):
         self._reader = reader
         self._role = role
         self._seed = seed
         self._bits = bits
         self._staging_dir = staging_dir
+        self._hold_out = hold_out
 
     def setup(self) -> None:
         self._reader.setup()
@@ -122,16 +135,24 @@ class SpillFragments(beam.DoFn):
         """The batch's records with their keys."""
         return key_records(batch, self._seed)
 
+    def role_of(self, record: bytes) -> str:
+        """The role a record goes to: the held-out one when its image falls in that share."""
+        if self._hold_out is None:
+            return self._role
+        held_role, fraction = self._hold_out
+        held = eval_overlap.is_held_out(eval_overlap.image_digest(record), fraction)
+        return held_role if held else self._role
+
     def process(self, chunk: Chunk) -> Iterator[tuple[BucketId, FragmentRef]]:
-        parts: dict[int, list[bytes]] = collections.defaultdict(list)
+        parts: dict[BucketId, list[bytes]] = collections.defaultdict(list)
         for batch in self._reader.read(chunk):
             for key, record in self.key(batch):
-                parts[bucket_of(key, self._bits)].append(key + record)
-        for bucket in sorted(parts):
-            blobs = parts.pop(bucket)
-            path = fragment_path(self._staging_dir, self._role, bucket, chunk)
+                parts[self.role_of(record), bucket_of(key, self._bits)].append(key + record)
+        for role, bucket in sorted(parts):
+            blobs = parts.pop((role, bucket))
+            path = fragment_path(self._staging_dir, role, bucket, chunk)
             write_file_atomic(path, functools.partial(write_records, records=blobs))
-            yield (self._role, bucket), (path, len(blobs))
+            yield (role, bucket), (path, len(blobs))
 
 
 def write_sorted(path: str, counts: dict[str, int]) -> None:
@@ -255,11 +276,14 @@ class ShardSplits(beam.PTransform):
     """Read chunks per source role → file entries of the shard files written for them.
 
     Args:
-        roles: role ("train", "eval") → (plan maker: number of examples → plan, bucket bits).
+        roles: role ("train", "eval") → (plan maker: number of examples → plan, bucket bits);
+            a role without chunks is filled by `hold_out`.
         seed: mixed into every key, so a different seed gives a different assignment.
         staging_dir: absolute folder the files are written into (fragments under `_fragments/`,
             buckets under `_buckets/`).
         reader: reads a chunk's records; it runs inside the step that spills them.
+        hold_out: (role, share): that share of every read role's images, chosen by image
+            digest, goes to that role.
     """
 
     def __init__(
@@ -268,19 +292,26 @@ class ShardSplits(beam.PTransform):
         seed: str,
         staging_dir: str,
         reader: ChunkReader,
+        hold_out: HoldOut | None = None,
     ):
         super().__init__()
         self._roles = roles
         self._seed = seed
         self._staging_dir = staging_dir
         self._reader = reader
+        self._hold_out = hold_out
 
     def expand(self, chunks: dict[str, beam.PCollection]) -> beam.PCollection:
         fragments = [
             chunks[role]
             | f"Read{role.title()}"
-            >> beam.ParDo(SpillFragments(self._reader, role, self._seed, bits, self._staging_dir))
+            >> beam.ParDo(
+                SpillFragments(
+                    self._reader, role, self._seed, bits, self._staging_dir, self._hold_out
+                )
+            )
             for role, (_, bits) in sorted(self._roles.items())
+            if role in chunks
         ]
         make_plans = {role: make_plan for role, (make_plan, _) in self._roles.items()}
         return (

@@ -1,5 +1,6 @@
 """The nightly loop on daily drops through the luigi command line: two dated nights of a rolling
-window end to end, and a drifted drop stopped by the data gate before training."""
+window end to end (the first, with a day of its window missing, stopped by the data gate until
+one day is allowed), and a drifted drop stopped by the data gate before training."""
 
 from __future__ import annotations
 
@@ -56,12 +57,20 @@ def read(path: pathlib.Path) -> dict:
 
 def test_two_nights_on_a_rolling_window_of_drops(drop_folder, tmp_path):
     root = tmp_path / "runs"
-    first = luigi(root, drop_folder, "2026-01-01")
+    # The first night's window has one of its two days: the gate stops it, unless told that
+    # one day is enough.
+    short = luigi(root, drop_folder, "2026-01-01")
+    assert short.returncode == RETCODE_TASK_FAILED
+    assert "[preprocess] drops: no files for 2025-12-31 in the 2-day window" in short.stderr
+    assert "has files for 1 of its days (none for 2025-12-31), fewer than min_window_days 2" in (
+        short.stdout + short.stderr
+    )
+    assert not (root / "data_gate" / "schema.pbtxt").exists()
+    first = luigi(root, drop_folder, "2026-01-01", "--DataGate-min-window-days=1")
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = read(root / "2026-01-01" / "data" / "manifest.json")
     assert manifest["drops"]["missing_days"] == ["2025-12-31"]
     assert manifest["drops"]["days_read"] == ["2026-01-01"]
-    assert "[preprocess] drops: no files for 2025-12-31 in the 2-day window" in first.stderr
     gate = read(root / "2026-01-01" / "data" / "data_gate.json")
     assert gate["status"] == "passed" and gate["schema"]["inferred_now"] is True
     assert (root / "2026-01-01" / "evaluate" / "metrics.json").is_file()

@@ -69,3 +69,39 @@ def test_verdict_line_names_the_baseline_and_the_measures():
     assert verdict_line({**verdict, "status": "accepted", "anomalies": 1}).endswith(
         ", 1 anomalies accepted"
     )
+
+
+def test_command_maps_the_window_and_the_schema_reset():
+    task = DataGate(**SHARED, min_window_days=3, reset_schema=True)
+    assert data_gate.parse_args(task.command()[3:]) == DataGateConfig(
+        "runs", "2026-01-02", min_window_days=3, reset_schema=True
+    )
+    assert data_gate.parse_args(DataGate(**SHARED).command()[3:]).min_window_days is None
+    with pytest.raises(ValueError, match="min_window_days must be at least 1 .*, got 0"):
+        DataGate(**SHARED, min_window_days=0).check_parameters()
+
+
+def test_luigi_cfg_never_holds_the_schema_reset():
+    cfg = configparser.ConfigParser()
+    cfg.read(PROJECT_ROOT / "luigi.cfg")
+    assert "reset_schema" not in cfg["DataGate"]
+
+
+def test_verdict_line_names_a_schema_reset_and_a_schema_not_kept():
+    verdict = {
+        "status": "passed", "baseline_date": "2026-01-01", "anomalies": 0, "reset_schema": True,
+        "measures": {"label_linf": 0.0123, "eval_label_linf": 0.0},
+        "schema": {"inferred_now": True, "kept_now": True},
+    }  # fmt: skip
+    assert verdict_line(verdict) == (
+        "passed against 2026-01-01 (label_linf 0.0123, eval_label_linf 0.0000), schema "
+        "inferred again (--DataGate-reset-schema)"
+    )
+    first = {
+        **verdict, "status": "accepted", "anomalies": 1, "baseline_date": None,
+        "reset_schema": False, "schema": {"inferred_now": True, "kept_now": False},
+    }  # fmt: skip
+    assert verdict_line(first) == (
+        "accepted on its first night (schema not kept: the night did not pass), "
+        "1 anomalies accepted"
+    )

@@ -80,7 +80,7 @@ def test_image_folder_without_a_test_split_holds_out_eval_by_the_seed(flat_folde
     assert doc["dataset"]["eval_split"] == "held-out 10% of train (seed 0)"
     assert doc["dataset"]["eval_held_out"]["fraction"] == 0.1
     # 30 images: 3 held out for eval, 3 of the other 27 for validation, 24 / 2 workers.
-    assert doc["splits"]["eval"] == {"num_examples": 3}
+    assert doc["splits"]["eval"] == {"num_examples": 3, "duplicates_in_training": 0}
     assert doc["splits"]["train"]["examples_per_worker"] == 12
     assert doc["splits"]["validation"]["num_examples"] == 3
     # Every source image lands exactly once, with its class, across the three splits.

@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from contract import atomic, layout, manifest
 from contract.messages import EXIT_BAD_INPUT
@@ -34,14 +34,11 @@ def pixel_histogram(mean: float, spread: float = 60.0) -> list[int]:
     return np.bincount(values.astype(np.int64), minlength=256).tolist()
 
 
-def write_night(
-    root: pathlib.Path,
-    date: str,
-    label_counts: list[int] = BALANCED,
-    mean: float = 80.0,
-    pixels_per_image: int = 784,
-) -> str:
-    """A data folder whose manifest names a statistics file of these counts."""
+def part_statistics(
+    part: str, label_counts: list[int], mean: float, pixels_per_image: int
+) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """Statistics of one part of the data: `label_counts` images of `pixels_per_image` pixels
+    around `mean`."""
     histogram = np.asarray(pixel_histogram(mean))
     examples = sum(label_counts)
     # Scale the pixel counts to `examples` images of `pixels_per_image` pixels.
@@ -55,8 +52,25 @@ def write_night(
         "pixel_histogram": histogram,
         "label_counts": np.asarray(label_counts),
     }
+    return statistics.to_proto({part: counts}, [pixels_per_image // 28, 28, 1])
+
+
+def write_night(
+    root: pathlib.Path,
+    date: str,
+    label_counts: list[int] = BALANCED,
+    mean: float = 80.0,
+    pixels_per_image: int = 784,
+    eval_labels: list[int] = BALANCED,
+    eval_pixels: int = 784,
+    drops: dict | None = None,
+) -> str:
+    """A data folder whose manifest names a statistics file of these counts: the training
+    data's, and (unless changed) the same eval data every night."""
+    stats = part_statistics("train", label_counts, mean, pixels_per_image)
+    stats.datasets.extend(part_statistics("eval", eval_labels, 80.0, eval_pixels).datasets)
+    data = stats.SerializeToString()
     shape = [pixels_per_image // 28, 28, 1]
-    data = statistics.to_proto({"train": counts}, shape).SerializeToString()
     data_dir = layout.data_dir(str(root), date)
     pathlib.Path(data_dir).mkdir(parents=True)
     atomic.write_bytes_atomic(layout.join(data_dir, manifest.STATISTICS_FILE), data)
@@ -75,6 +89,7 @@ def write_night(
             "sha256": hashlib.sha256(data).hexdigest(),
             "size_bytes": len(data),
         },
+        **({"drops": drops} if drops is not None else {}),
     }
     atomic.write_json_atomic(layout.join(data_dir, layout.MANIFEST_FILE), doc)
     return data_dir
@@ -236,3 +251,147 @@ def test_the_statistics_name_the_records_features():
         records.IMAGE_KEY,
         records.LABEL_KEY,
     )
+
+
+def test_the_eval_split_is_checked_against_the_schema(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    gate(tmp_path, "2026-01-01")
+    night = write_night(tmp_path, "2026-01-02", eval_pixels=28 * 32)
+    with pytest.raises(BadInputError) as refused:
+        gate(tmp_path, "2026-01-02")
+    assert str(refused.value).startswith(
+        "data gate: eval split: feature 'image' has 896-896 values an example, the schema "
+        "784-784 (another image shape?)"
+    )
+    found = read(layout.join(night, "anomalies.json"))["anomalies"]
+    assert [(a["check"], a["feature"], a["part"]) for a in found] == [("schema", "image", "eval")]
+
+
+def test_the_eval_split_is_compared_with_the_previous_nights(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    gate(tmp_path, "2026-01-01")
+    night = write_night(tmp_path, "2026-01-02", eval_labels=[400] + [67] * 9)
+    with pytest.raises(BadInputError, match="^data gate: eval split: the label distribution"):
+        gate(tmp_path, "2026-01-02")
+    found = read(layout.join(night, "anomalies.json"))["anomalies"]
+    assert [(a["check"], a["part"]) for a in found] == [("label_drift", "eval")]
+    verdict = gate(tmp_path, "2026-01-02", accept_anomalies=True)
+    assert verdict["measures"]["eval_label_linf"] == pytest.approx(400 / 1003 - 0.1)
+    assert verdict["measures"]["label_linf"] == 0
+
+
+def window(days: list[str], read_days: list[str]) -> dict:
+    """The manifest's drops section of a window of `days` of which `read_days` had files."""
+    missing = [d for d in days if d not in read_days]
+    return {"days": days, "days_read": read_days, "missing_days": missing, "window_days": len(days)}
+
+
+def test_a_window_with_a_day_missing_fails_unless_fewer_days_are_asked_for(tmp_path):
+    days = ["2026-01-01", "2026-01-02"]
+    night = write_night(tmp_path, "2026-01-02", drops=window(days, days[1:]))
+    with pytest.raises(BadInputError) as refused:
+        gate(tmp_path, "2026-01-02")
+    assert str(refused.value).startswith(
+        "data gate: the 2-day window ending 2026-01-02 has files for 1 of its days (none for "
+        "2026-01-01), fewer than min_window_days 2; the run stops before training."
+    )
+    report = read(layout.join(night, "anomalies.json"))
+    assert report["window"] == {
+        "days": 2, "days_present": 1, "min_window_days": 2, "missing_days": ["2026-01-01"],
+    }  # fmt: skip
+    assert [a["check"] for a in report["anomalies"]] == ["window_days"]
+    assert not pathlib.Path(night, "data_gate.json").exists()
+    verdict = gate(tmp_path, "2026-01-02", min_window_days=1)
+    assert verdict["status"] == "passed" and verdict["window"]["min_window_days"] == 1
+    full = write_night(tmp_path, "2026-01-03", drops=window(days[1:] + ["2026-01-03"], days[1:]
+                                                             + ["2026-01-03"]))  # fmt: skip
+    assert gate(tmp_path, "2026-01-03")["window"]["days_present"] == 2
+    assert read(layout.join(full, "data_gate.json"))["status"] == "passed"
+
+
+def test_a_short_window_is_let_through_by_the_override(tmp_path):
+    days = ["2026-01-01", "2026-01-02", "2026-01-03"]
+    write_night(tmp_path, "2026-01-03", drops=window(days, days[2:]))
+    verdict = gate(tmp_path, "2026-01-03", min_window_days=2, accept_anomalies=True)
+    assert verdict["status"] == "accepted" and verdict["anomalies"] == 1
+
+
+def test_command_line_refuses_a_window_of_no_days(tmp_path, capsys):
+    write_night(tmp_path, "2026-01-01")
+    argv = ["--output_root", str(tmp_path), "--date", "2026-01-01", "--min_window_days", "0"]
+    assert data_gate.main(argv) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (
+        "error: min_window_days must be at least 1 (a number of days), got 0\n"
+    )
+
+
+def test_a_bad_first_night_does_not_become_the_schema(tmp_path):
+    kept = tmp_path / "data_gate" / "schema.pbtxt"
+    days = ["2026-01-01", "2026-01-02"]
+    write_night(tmp_path, "2026-01-02", pixels_per_image=28 * 32, drops=window(days, days[1:]))
+    with pytest.raises(BadInputError, match=r"^data gate: eval split: .* \(and 1 more\)") as no:
+        gate(tmp_path, "2026-01-02")
+    assert "--DataGate-reset-schema" not in str(no.value)  # there is no schema to reset
+    assert not kept.exists()
+    # Accepted, the night trains, but is no schema either: only a night that passed is.
+    verdict = gate(tmp_path, "2026-01-02", accept_anomalies=True)
+    assert verdict["schema"]["inferred_now"] is True and verdict["schema"]["kept_now"] is False
+    assert not kept.exists()
+    write_night(tmp_path, "2026-01-03")
+    verdict = gate(tmp_path, "2026-01-03", pixel_mean_shift_threshold=1.0)
+    assert verdict["status"] == "passed" and verdict["schema"]["kept_now"] is True
+    features = {f.name: f for f in data_gate.read_schema(str(kept)).feature}
+    assert features["image"].value_count.max == 784
+
+
+def test_reset_schema_infers_it_again_after_a_deliberate_change(tmp_path):
+    kept = tmp_path / "data_gate" / "schema.pbtxt"
+    write_night(tmp_path, "2026-01-01")
+    gate(tmp_path, "2026-01-01")
+    before = kept.read_text()
+    night = write_night(tmp_path, "2026-01-02", pixels_per_image=28 * 32, eval_pixels=28 * 32)
+    with pytest.raises(BadInputError) as refused:
+        gate(tmp_path, "2026-01-02")
+    assert str(refused.value).endswith(
+        "; if the data changed on purpose, rerun with --DataGate-reset-schema (python -m "
+        "preprocess.data_gate: --reset_schema) to infer the schema again from tonight's data"
+    )
+    assert kept.read_text() == before
+    verdict = gate(tmp_path, "2026-01-02", reset_schema=True)
+    assert verdict["status"] == "passed" and verdict["reset_schema"] is True
+    assert verdict["schema"]["inferred_now"] is True and verdict["schema"]["kept_now"] is True
+    assert read(layout.join(night, "data_gate.json")) == verdict
+    assert read(layout.join(night, "anomalies.json"))["reset_schema"] is True
+    features = {f.name: f for f in data_gate.read_schema(str(kept)).feature}
+    assert features["image"].value_count.max == 896
+    write_night(tmp_path, "2026-01-03", pixels_per_image=28 * 32, eval_pixels=28 * 32)
+    later = gate(tmp_path, "2026-01-03")
+    assert later["reset_schema"] is False and later["schema"]["inferred_now"] is False
+
+
+def test_reset_schema_on_a_night_that_fails_keeps_the_old_schema(tmp_path):
+    kept = tmp_path / "data_gate" / "schema.pbtxt"
+    write_night(tmp_path, "2026-01-01")
+    gate(tmp_path, "2026-01-01")
+    before = kept.read_text()
+    write_night(tmp_path, "2026-01-02", [400] + [67] * 9, pixels_per_image=28 * 32,
+                eval_pixels=28 * 32)  # fmt: skip
+    with pytest.raises(BadInputError, match="^data gate: the label distribution moved") as refused:
+        gate(tmp_path, "2026-01-02", reset_schema=True)
+    assert "--DataGate-reset-schema" not in str(refused.value)  # asked for already
+    assert kept.read_text() == before
+    # Accepting the night as well as resetting is taking it as the new normal.
+    verdict = gate(tmp_path, "2026-01-02", reset_schema=True, accept_anomalies=True)
+    assert verdict["status"] == "accepted" and verdict["schema"]["kept_now"] is True
+    assert kept.read_text() != before
+
+
+def test_an_unreadable_schema_names_the_reset(tmp_path):
+    write_night(tmp_path, "2026-01-01")
+    kept = tmp_path / "data_gate" / "schema.pbtxt"
+    kept.parent.mkdir()
+    kept.write_text("not a schema {")
+    with pytest.raises(BadInputError, match="rerun with --DataGate-reset-schema"):
+        gate(tmp_path, "2026-01-01")
+    assert gate(tmp_path, "2026-01-01", reset_schema=True)["status"] == "passed"
+    assert data_gate.read_schema(str(kept)).feature

@@ -232,3 +232,37 @@ def test_a_corrupt_drop_is_named(one_bad_day, tmp_path, capsys):
 def test_an_unknown_placeholder_is_refused(tmp_path):
     with pytest.raises(BadInputError, match=r"unknown placeholder \{YY\}"):
         drops.select_window("d/{YY}-{MM}-{DD}/*", config(tmp_path, ""))
+
+
+def split_images(cfg: PreprocessConfig, doc: dict, *splits: str) -> set[bytes]:
+    """The image bytes of every record of a shard set's splits."""
+    from contract import manifest
+
+    data_dir = layout.data_dir(cfg.output_root, cfg.date)
+    paths = [p for split in splits for p in manifest.split_paths(data_dir, doc, split)]
+    return {image for path in paths for image, _ in read_examples(pathlib.Path(path))}
+
+
+def test_a_held_out_eval_split_never_takes_an_earlier_nights_training_images(drop_folder, tmp_path):
+    # No fixed test files: each night holds its eval split out of a two-day window, and the
+    # windows of 2026-01-02 and 2026-01-03 share the drop of 2026-01-02.
+    nights = []
+    for date in ("2026-01-02", "2026-01-03"):
+        cfg = config(tmp_path, dataset(drop_folder, test=False), date=date, eval_fraction=0.3)
+        nights.append((cfg, run_preprocess(cfg, ["--direct_num_workers=1"])))
+    (first, first_doc), (second, second_doc) = nights
+    trained = [split_images(c, d, "train", "validation") for c, d in nights]
+    held = [split_images(c, d, "eval") for c, d in nights]
+    assert not held[1] & trained[0]  # night 2's eval holds none of night 1's training images
+    assert not held[0] & trained[1]  # and what night 1 held out stays out of training
+    shared = {
+        image for image, _ in read_examples(drop_folder / "2026-01-02" / "part-00000.tfrecord")
+    }
+    assert held[0] & shared == held[1] & shared != set()
+    for doc, images in ((first_doc, held[0]), (second_doc, held[1])):
+        assert doc["splits"]["eval"]["num_examples"] == len(images)
+        assert doc["dataset"]["eval_held_out"]["chosen_by"] == "image sha256"
+        assert doc["dataset"]["eval_split"] == "held-out 30% of train by image sha256"
+        assert doc["splits"]["eval"]["duplicates_in_training"] == 0
+        kept = doc["splits"]["train"]["num_examples"] + doc["splits"]["validation"]["num_examples"]
+        assert kept + len(images) == 2 * PER_DAY

@@ -29,6 +29,8 @@ def test_real_fashion_mnist_two_workers(tmp_path):
     }
     assert doc["splits"]["validation"]["num_examples"] == 6000
     assert doc["splits"]["eval"]["num_examples"] == 10000
+    # None of Fashion-MNIST's test images has the pixels of one of its train images.
+    assert doc["splits"]["eval"]["duplicates_in_training"] == 0
     for worker in (0, 1):
         entries = manifest.file_entries(doc, "train", worker)
         assert sum(e["num_examples"] for e in entries) == 27000

@@ -41,7 +41,7 @@ def test_counts_balance_and_manifest(make_config):
             "held_out_examples": 30,
             "leftover_train_examples": 2,
         },
-        "eval": {"num_examples": 100},
+        "eval": {"num_examples": 100, "duplicates_in_training": 0},
     }
     per_worker = collections.Counter()
     for worker in range(4):
