@@ -28,21 +28,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-import re
 import sys
 from typing import Any
 
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from contract import atomic, gfile, layout, manifest, run_lock, settings, storage
+from contract import atomic, dates, gfile, layout, manifest, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from preprocess import gate_checks, statistics
 from preprocess.errors import BadInputError, PreprocessError
 from preprocess.gate_checks import PARTS, TRAIN_PART
 from preprocess.gate_config import DataGateConfig
 
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 RESET_HINT = (
     "if the data changed on purpose, rerun with --DataGate-reset-schema (python -m "
     "preprocess.data_gate: --reset_schema) to infer the schema again from tonight's data"
@@ -98,12 +96,18 @@ def previous_night(output_root: str, date: str) -> str | None:
     """The latest date before `date` whose data passed the gate (or was accepted)."""
     if not gfile.isdir(output_root):
         return None
-    dates = sorted(
-        (name.rstrip("/") for name in gfile.listdir(output_root)),
+    # Folders that are calendar dates, compared as dates (not as text).
+    nights = sorted(
+        (
+            name.rstrip("/")
+            for name in gfile.listdir(output_root)
+            if dates.is_run_date(name.rstrip("/"))
+        ),
+        key=dates.parse,
         reverse=True,
     )
-    for candidate in dates:
-        if not _DATE.fullmatch(candidate) or candidate >= date:
+    for candidate in nights:
+        if dates.parse(candidate) >= dates.parse(date):
             continue
         data_dir = layout.data_dir(output_root, candidate)
         if gfile.exists(layout.join(data_dir, manifest.DATA_GATE_FILE)):

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
+from contract import dates
 from preprocess.errors import BadInputError
-
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # The thresholds' names in anomalies.json and data_gate.json: the config's without `_threshold`.
 THRESHOLD_NAMES = ("label_drift", "pixel_mean_shift", "pixel_stddev_shift")
@@ -84,8 +82,10 @@ class DataGateConfig:
         Raises:
             BadInputError: naming the setting and what it must be.
         """
-        if not _DATE.fullmatch(self.date):
-            raise BadInputError(f"date must be YYYY-MM-DD, got '{self.date}'")
+        try:
+            dates.check(self.date)
+        except dates.DateError as e:
+            raise BadInputError(str(e)) from None
         if self.min_window_days is not None and self.min_window_days < 1:
             raise BadInputError(
                 f"min_window_days must be at least 1 (a number of days), got {self.min_window_days}"

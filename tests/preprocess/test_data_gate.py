@@ -395,3 +395,17 @@ def test_an_unreadable_schema_names_the_reset(tmp_path):
         gate(tmp_path, "2026-01-01")
     assert gate(tmp_path, "2026-01-01", reset_schema=True)["status"] == "passed"
     assert data_gate.read_schema(str(kept)).feature
+
+
+def test_an_impossible_date_is_refused_and_night_folders_are_compared_as_dates(tmp_path):
+    from preprocess import data_gate
+    from preprocess.errors import BadInputError
+    from preprocess.gate_config import DataGateConfig
+
+    with pytest.raises(BadInputError, match="calendar date YYYY-MM-DD"):
+        DataGateConfig(output_root=str(tmp_path), date="2026-02-30").check()
+    # A folder that is no calendar date is no night, whatever it sorts like as text.
+    for name in ("2026-01-30", "2026-02-30", "2026-01-31x"):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "data" / "data_gate.json").write_text("{}")
+    assert data_gate.previous_night(str(tmp_path), "2026-03-01") == "2026-01-30"
