@@ -26,6 +26,11 @@ BLESSING_FILE = "blessing.json"
 PUSH_FILE = "push.json"  # the push to the serving folder: "pushed", "version"
 LATEST_POINTER_FILE = "latest.json"
 
+# Served versions live in `<export_base>/<model_name>/<YYYYMMDDNN>/`; a version taken out of
+# service waits in `<export_base>/<model_name>.quarantine/<version>-<UTC time>/` with a note.
+QUARANTINE_SUFFIX = ".quarantine"
+QUARANTINE_NOTE_FILE = "quarantined.json"
+
 
 def join(*parts: str) -> str:
     """Joins path parts with '/', which local paths, gs:// and every Beam filesystem accept."""

@@ -201,6 +201,12 @@ def hold_for_process(run_dir: str) -> bool:
     return took
 
 
+def held_here(run_dir: str) -> bool:
+    """Whether this process holds the run's lock (taken here or adopted from its parent)."""
+    path = RunLock(run_dir).path
+    return any(lock.path == path and lock.held for lock in _held.values())
+
+
 def held_fds() -> tuple[int, ...]:
     """The descriptors of the locks this process holds: `pass_fds` for the stages it starts."""
     return tuple(lock._fd for lock in _held.values() if lock._fd is not None)

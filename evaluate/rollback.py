@@ -4,7 +4,7 @@
 
 Under the pointer's lock: the night's model is checked against the sha256 its evaluation
 recorded, `latest.json` is moved to it, every served version newer than its version is moved
-out of the served folder into quarantine (never deleted; evaluate.served) so TF Serving's
+out of the served folder into quarantine (not deleted; evaluate.served) so TF Serving's
 default policy, the highest version, serves it again, and a quarantined copy of its own version
 is moved back when the served folder lacks it. The nights rolled back past are marked
 (`<date>/evaluate/rolled_back.json`), so no later step returns to them on its own; the rollback

@@ -7,8 +7,9 @@ pointer, then writes metrics.json; a crash between the push and the pointer leav
 version newer than the pointer's. `reconcile`, run by every evaluation (before and after it
 decides, under the pointer's lock) and by rollback, repairs that: a served version newer than
 the one the pointer names has no blessed night behind it and is moved out of the served folder
-into `<export_base>/<model_name>.quarantine/<version>-<UTC time>/` (never deleted), with one
-line saying so. `problems` lists what does not agree, for a status check or a test.
+into `<export_base>/<model_name>.quarantine/<version>-<UTC time>/`, with one line saying so. A
+repair never deletes; retention removes quarantined versions after `[Retention]`'s days.
+`problems` lists what does not agree, for a status check or a test.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from evaluate import report, serving
 
 logger = logging.getLogger(__name__)
 
-QUARANTINE_SUFFIX = ".quarantine"
-QUARANTINE_NOTE = "quarantined.json"
+QUARANTINE_SUFFIX = layout.QUARANTINE_SUFFIX
+QUARANTINE_NOTE = layout.QUARANTINE_NOTE_FILE
 
 
 def model_dir(export_base: str, model_name: str) -> str:

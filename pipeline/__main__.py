@@ -3,8 +3,9 @@
 With no task name it runs `FullRun`, so `python -m pipeline --local-scheduler` is the nightly
 run. Exit codes follow luigi.cfg's `[retcode]` section, as with the `luigi` command.
 `python -m pipeline status ...` prints the last nights from the run ledger instead
-(`pipeline.status`), and `python -m pipeline rollback --to DATE ...` serves an earlier blessed
-night's model again (`evaluate.rollback`).
+(`pipeline.status`), `python -m pipeline rollback --to DATE ...` serves an earlier blessed
+night's model again (`evaluate.rollback`), and `python -m pipeline gc [--dry-run]` removes what
+luigi.cfg's [Retention] lets go (`pipeline.gc`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from typing import Any
 import luigi.configuration
 from luigi.cmdline import luigi_run
 
-from pipeline import attempts, notify, status
+from pipeline import attempts, gc, notify, status
 
 DEFAULT_TASK = "FullRun"
 STATUS_COMMAND = "status"
 ROLLBACK_COMMAND = "rollback"
+GC_COMMAND = "gc"
 
 
 def rollback_defaults() -> dict[str, str]:
-    """luigi.cfg's output root, export base and model name, as a night would use them."""
+    """luigi.cfg's output root, export base and model name, as a night would use them (the
+    defaults of `rollback` and `gc`)."""
     config = luigi.configuration.get_config()
     found = {
         "output_root": status.default_output_root(),
@@ -50,10 +53,13 @@ def luigi_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs luigi on this package's tasks, or `status`; exits with luigi's return code."""
+    """Runs luigi on this package's tasks, or `status`, `gc` or `rollback`; returns the exit
+    status (luigi's return code for a task)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == [STATUS_COMMAND]:
         return status.main(args[1:])
+    if args[:1] == [GC_COMMAND]:
+        return gc.main(args[1:], rollback_defaults())
     if args[:1] == [ROLLBACK_COMMAND]:
         # Only now: the rollback reads served SavedModels' markers through TensorFlow.
         from evaluate import rollback

@@ -5,7 +5,9 @@ The attempt begins when luigi first asks the command line's root task whether it
 for how long and how it ended, and is written to `contract.ledger` once, when the run ends:
 from `pipeline.__main__` after luigi returns, or at the process's exit under the `luigi`
 command. Just before, the alerts its outcome calls for are sent (`pipeline.night_alerts`) and
-listed in the record. Neither ever changes the run's result: a failure only logs a warning.
+listed in the record, and, for a FullRun that was not refused, the retention pass it registered
+(`run_retention_after`) removes what [Retention] lets go and is recorded as `retention`. None of
+them ever changes the run's result: a failure is a warning, or an entry of the record.
 
 Stage figures come from the process that ran the task: with luigi's `--workers N` (N > 1) the
 tasks run in forked processes, and the record keeps only the outcome.
@@ -94,6 +96,8 @@ class Attempt:
     running: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # The alert channels as the run's command line and luigi.cfg gave them (None: unreadable).
     alert_settings: notify.Settings | None = None
+    # FullRun's retention pass, run as the attempt finishes: returns its ledger entry.
+    retention: Callable[[], dict[str, Any]] | None = None
 
     @property
     def writable(self) -> bool:
@@ -314,9 +318,33 @@ def listen(task_class: type[luigi.Task]) -> None:
             _current.stopped(ledger.FAILED, task.task_family, message)
 
 
+def run_retention_after(retention_pass: Callable[[], dict[str, Any]]) -> None:
+    """Has the attempt under way run `retention_pass` as it finishes, unless it was refused;
+    what it returns is the record's `retention`. No attempt under way: nothing."""
+    if _current is not None:
+        _current.retention = retention_pass
+
+
+def _retention(attempt: Attempt, outcome: str) -> dict[str, Any] | None:
+    """The attempt's retention pass and its entry (None when it has none, or was refused)."""
+    if attempt.retention is None or outcome == ledger.REFUSED:
+        return None
+    try:
+        return attempt.retention()
+    except Exception as e:  # noqa: BLE001 - retention never fails the night
+        logger.warning("retention did not run: %s; the run's result is unchanged", one_line(e))
+        return {
+            "dry_run": False,
+            "removed": [],
+            "bytes_freed": 0,
+            "errors": [{"path": None, "error": one_line(e)}],
+        }
+
+
 def finish() -> dict[str, Any] | None:
-    """Sends the alerts the attempt calls for (`night_alerts.attempt_alerts`), then writes its
-    record, with them as `alerts`, to the ledger, once; a failure of either only warns.
+    """Sends the alerts the attempt calls for (`night_alerts.attempt_alerts`), runs its
+    retention pass, then writes its record, with them as `alerts` and `retention`, to the
+    ledger, once; a failure of any only warns.
 
     Returns:
         The record, or None when no attempt was under way (or its root cannot hold a ledger).
@@ -332,6 +360,9 @@ def finish() -> dict[str, Any] | None:
             if attempt.alert_settings is not None
             else []
         )
+        retention = _retention(attempt, record["outcome"])
+        if retention is not None:
+            record["retention"] = retention
         ledger.append(attempt.output_root, record)
     except Exception as e:  # noqa: BLE001 - the ledger must never fail the night
         logger.warning(

@@ -25,6 +25,7 @@ from pipeline.full_run import FullRun
 from pipeline.notify import Notify
 from pipeline.params import RunTask
 from pipeline.preprocess_task import Preprocess
+from pipeline.retention_config import Retention
 from pipeline.train_task import Train
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,12 @@ SECTIONS: list[tuple[type[luigi.Task], str]] = [
         Notify,
         "Alerts of nights that need attention (docs/operations.md, Alerts); e-mail goes "
         "through luigi's own [smtp] and [email] sections.",
+    ),
+    (
+        Retention,
+        "What `python -m pipeline gc`, and every FullRun as it ends, removes of the output root "
+        "and the served model (docs/operations.md, Retention); an unknown key or a negative "
+        "value is refused.",
     ),
 ]
 

@@ -8,7 +8,9 @@ shard set was made with other Preprocess parameters, or whose training finished 
 Train parameters, than this run's (either would otherwise count as done); and, when there is
 anything to do, takes the date's lock (a second run of the same date is refused), sends the
 luigi log to `<run>/logs/`, and with `--force-stage` moves that stage's outputs and its
-dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`).
+dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`). As the
+attempt ends (and was not refused), what luigi.cfg's [Retention] lets go of the output root is
+removed and listed in its ledger record (`pipeline.retention`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,16 @@ import luigi
 
 from contract import atomic, gfile, import_path, layout, run_lock, storage
 from contract.messages import error_line
-from pipeline import supersede
+from pipeline import attempts, retention, retention_config, supersede
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import RunTask, check_output_root, plain_value, refuse_bad_parameters
+from pipeline.params import (
+    BadParameterExit,
+    RunTask,
+    check_output_root,
+    plain_value,
+    refuse_bad_parameters,
+)
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
 from train.config import SHAPING_SETTINGS
@@ -101,7 +109,8 @@ class FullRun(RunTask, luigi.WrapperTask):
         default=None,
         choices=supersede.STAGES,
         description="Rerun this stage and every stage after it: their outputs are moved to "
-        "<run>/superseded/<timestamp>/ (never deleted). Empty: rerun only what is missing.",
+        "<run>/superseded/<timestamp>/ (removed [Retention] superseded_days later). Empty: rerun "
+        "only what is missing.",
     )
 
     def __init__(self, *args, **kwargs) -> None:
@@ -122,16 +131,37 @@ class FullRun(RunTask, luigi.WrapperTask):
         # (parallel_scheduling stays off, its default), so the lock stays held here.
         if not self._prepared:
             check_output_root(self.output_root)
-            # Every stage's parameters, before anything is superseded, locked or run.
+            # Every stage's parameters and [Retention], before anything is superseded, locked
+            # or run.
             refuse_bad_parameters(
                 Preprocess(**self.shared_params()),
                 DataGate(**self.shared_params()),
                 Train(**self.shared_params()),
                 Evaluate(**self.shared_params()),
             )
+            self._retain_after(refuse_bad_retention_settings())
             self._prepared = True
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().check_complete()
+
+    def _retain_after(self, settings: retention_config.Settings) -> None:
+        """Has the attempt end with a retention pass of this run's output root and served
+        model (`pipeline.attempts.finish` runs it and records what it removed)."""
+        evaluate = Evaluate(**self.shared_params()).param_kwargs  # its export base and name
+        target = retention.target_of(
+            self.output_root, evaluate["export_base"], evaluate["model_name"]
+        )
+        attempts.run_retention_after(lambda: retention.run_pass(target, settings).record())
+
+
+def refuse_bad_retention_settings() -> retention_config.Settings:
+    """[Retention]'s settings; an unknown key or a bad value stops the program with the stages'
+    one error line and exit 2, before anything runs."""
+    try:
+        return retention_config.checked_settings()
+    except retention_config.RetentionSettingsError as e:
+        print(error_line(str(e)), file=sys.stderr, flush=True)
+        raise BadParameterExit(str(e)) from None
 
 
 def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:

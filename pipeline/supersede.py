@@ -1,5 +1,8 @@
 """Forcing a stage to rerun: move its outputs and its dependants' aside, never delete them.
 
+The folders they go to are removed only by retention, [Retention] superseded_days later
+(`pipeline.retention`).
+
 `supersede(output_root, date, "train")` moves `<run>/train` and `<run>/evaluate` into
 `<run>/superseded/<UTC timestamp>/`, so luigi sees them missing and reruns them, while the old
 files stay for comparison. A local folder moves with one rename; on gs:// the files move one by
@@ -23,6 +26,8 @@ from contract import pointer as latest_pointer
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_DIR = "superseded"
+# How each `superseded/<timestamp>/` folder is named: when it was moved aside, in UTC.
+STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 # Each stage's output folder, in pipeline order: forcing one forces everything after it.
 STAGE_DIRS: dict[str, Callable[[str, str], str]] = {
     "preprocess": layout.data_dir,
@@ -77,7 +82,7 @@ def supersede(
         PointerMovedError: on gs://, the pointer kept moving under every write.
     """
     now = now or datetime.datetime.now(datetime.UTC)
-    stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = now.strftime(STAMP_FORMAT)
     destination = layout.join(layout.run_dir(output_root, date), SUPERSEDED_DIR, stamp)
     moves: dict[str, tuple[str, str]] = {}  # stage -> (source, target)
     for name in stages_from(stage):
