@@ -16,11 +16,12 @@ import re
 import sys
 
 from contract.messages import EXIT_BAD_INPUT, error_line
+from contract.settings import SettingsError
 
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
-class DateError(ValueError):
+class DateError(SettingsError):
     """A run date is not an ISO calendar date `YYYY-MM-DD`."""
 
 

@@ -15,11 +15,18 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 HELP = "help"  # metadata key: one or two sentences for --help, the Luigi description and docs
 CHOICES = "choices"  # metadata key: the values a str setting accepts
+
+
+class SettingsError(ValueError):
+    """A stage setting is out of range, unknown or does not go with another: one line naming
+    it and what it must be. Every stage's config raises it (or its own subclass); a stage's
+    command line turns it into its `error: ...` line and exit 2, a Luigi task into a refusal
+    before anything is scheduled."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,10 +205,17 @@ def from_flags(config_class: type, args: argparse.Namespace) -> Any:
     return config_class(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_class)})
 
 
-def flags(config: Any) -> list[str]:
-    """The flags that give a stage `config` (a config dataclass instance); None is left out."""
+def flags(config: Any, names: Collection[str] | None = None) -> list[str]:
+    """The flags that give a stage `config` (a config dataclass instance), read back by the
+    parser `add_flags` makes; None is left out.
+
+    Args:
+        names: the settings to write (default: every field), in the config's field order.
+    """
     args: list[str] = []
     for field in dataclasses.fields(config):
+        if names is not None and field.name not in names:
+            continue
         value = getattr(config, field.name)
         if value is not None:
             args += [f"--{field.name.replace('_', '-')}", format_flag_value(value)]

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 
+from contract.settings import SettingsError
+
 SUPPORTED_SCHEMES = ("gs",)
 STATE_DIR_ENV = "NIGHTLY_TRAINER_STATE_DIR"
 DEFAULT_STATE_DIR = os.path.join("~", ".cache", "nightly-trainer")
 
 
-class UnsupportedStorageError(ValueError):
+class UnsupportedStorageError(SettingsError):
     """A path names a storage scheme the stages cannot write to."""
 
 

@@ -6,6 +6,8 @@ import dataclasses
 import re
 
 from contract import dates, layout, storage
+from contract.run import DEFAULT_DATASET
+from contract.settings import SettingsError
 from evaluate.blessing import Thresholds
 from evaluate.paired import check_confidence
 
@@ -27,7 +29,7 @@ class EvaluateConfig:
     )
     date: str = dataclasses.field(metadata={"help": "The run's date, YYYY-MM-DD."})
     dataset: str = dataclasses.field(
-        default="fashion_mnist",
+        default=DEFAULT_DATASET,
         metadata={"help": "The dataset the manifest must name (a guard against mixing runs)."},
     )
     batch_size: int = dataclasses.field(
@@ -91,17 +93,19 @@ class EvaluateConfig:
         storage.check_supported(self.output_root)  # a ValueError naming the scheme
         dates.check(self.date)  # a ValueError naming the form a date takes
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+            raise SettingsError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.min_accuracy is not None and not 0.0 <= self.min_accuracy <= 1.0:
-            raise ValueError(f"min_accuracy is a fraction in [0, 1], got {self.min_accuracy}")
+            raise SettingsError(f"min_accuracy is a fraction in [0, 1], got {self.min_accuracy}")
         if self.max_regression is not None and not 0.0 <= self.max_regression <= 1.0:
-            raise ValueError(f"max_regression is a fraction in [0, 1], got {self.max_regression}")
+            raise SettingsError(
+                f"max_regression is a fraction in [0, 1], got {self.max_regression}"
+            )
         relative = self.max_relative_regression
         if relative is not None and not 0.0 <= relative <= 1.0:
-            raise ValueError(f"max_relative_regression is a fraction in [0, 1], got {relative}")
+            raise SettingsError(f"max_relative_regression is a fraction in [0, 1], got {relative}")
         check_confidence(self.confidence)
         if self.thresholds.empty and not self.bless_without_thresholds:
-            raise ValueError(
+            raise SettingsError(
                 "no blessing threshold is set (min_accuracy, max_regression, "
                 "max_relative_regression): an empty rule set would bless any model; set one, "
                 "or set bless_without_thresholds to bless without them"
@@ -154,10 +158,10 @@ def check_model_name(name: str) -> None:
     """Refuses a model name that is not one plain folder name.
 
     Raises:
-        ValueError: naming the model name and what is allowed.
+        SettingsError: naming the model name and what is allowed.
     """
     if not _MODEL_NAME.fullmatch(name):
-        raise ValueError(
+        raise SettingsError(
             f"model_name {name!r} must be one folder name of letters, digits, '.', '_' or '-' "
             "(not starting with '.' or '-')"
         )

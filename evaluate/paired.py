@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from contract.settings import SettingsError
+
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
 
@@ -90,10 +92,10 @@ def check_confidence(confidence: float) -> None:
     """Refuses a confidence level outside (0.5, 1).
 
     Raises:
-        ValueError: naming the value and the range.
+        SettingsError: naming the value and the range.
     """
     if not 0.5 < confidence < 1.0:
-        raise ValueError(f"confidence is a level in (0.5, 1), e.g. 0.95; got {confidence}")
+        raise SettingsError(f"confidence is a level in (0.5, 1), e.g. 0.95; got {confidence}")
 
 
 def bootstrap_interval(

@@ -1,4 +1,4 @@
-"""Luigi task of the data gate: maps its parameters onto `python -m preprocess.data_gate`.
+"""Luigi task of the data gate: `python -m preprocess.data_gate` for the night's run.
 
 It sits between Preprocess and Train (Train requires it), so a night whose data the gate finds
 anomalous stops before training, with the gate's one-line reason and `<run>/data/anomalies.json`.
@@ -11,20 +11,22 @@ import sys
 
 import luigi
 
-from contract import atomic, layout, manifest
-from pipeline import config, runner
-from pipeline.params import RunTask
+from contract import atomic
 from pipeline.preprocess_task import Preprocess
-from pipeline.stage_params import stage_config, stage_flags, stage_parameters
-from pipeline.targets import GFileTarget
-from preprocess.errors import BadInputError
+from pipeline.stage_task import StageSpec, StageTask, stage_task
 from preprocess.gate_config import DataGateConfig
 
-STAGE_LOG_FILE = "data_gate.log"
+SPEC = StageSpec(
+    name="data-gate",
+    module=("preprocess.data_gate",),
+    config_class=DataGateConfig,
+    output=lambda run: run.data_gate_path,
+    log_file="data_gate.log",
+)
 
 
-@stage_parameters(DataGateConfig, skip=("output_root", "date"))  # the run's own
-class DataGate(RunTask):
+@stage_task(SPEC)
+class DataGate(StageTask):
     """Checks the run's data statistics against the kept schema and the previous night's.
 
     Every setting of preprocess.gate_config.DataGateConfig but the run's own is a parameter here
@@ -32,37 +34,10 @@ class DataGate(RunTask):
     that differ.
     """
 
-    def check_parameters(self) -> None:
-        # The gate's own checks (thresholds finite and at least 0) on this task's values.
-        gate = stage_config(self, DataGateConfig, output_root=self.output_root, date=self.date_str)
-        try:
-            gate.check()
-        except BadInputError as e:
-            raise ValueError(str(e)) from None
-
     def requires(self) -> luigi.Task:
         return Preprocess(**self.shared_params())
 
-    def output(self) -> GFileTarget:
-        return GFileTarget(
-            layout.join(layout.data_dir(self.output_root, self.date_str), manifest.DATA_GATE_FILE)
-        )
-
-    def command(self) -> list[str]:
-        """The gate's command line; with `[Executor] kind = docker` it runs in a container."""
-        args = [sys.executable, "-m", "preprocess.data_gate", f"--output_root={self.output_root}"]
-        return args + [f"--date={self.date_str}", *stage_flags(self)]
-
-    def run(self) -> None:
-        self.hold_run_lock()
-        logs = layout.logs_dir(self.output_root, self.date_str)
-        runner.run_stage(
-            self,
-            "data-gate",
-            self.command(),
-            layout.join(logs, STAGE_LOG_FILE),
-            container=config.container_settings(),
-        )
+    def after_stage(self) -> None:
         print(f"[data-gate] {verdict_line(atomic.read_json(self.output().path))}",
               file=sys.stderr, flush=True)  # fmt: skip
 

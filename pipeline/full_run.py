@@ -24,47 +24,21 @@ import sys
 
 import luigi
 
-from contract import atomic, gfile, import_path, layout, run_lock, storage
+from contract import gfile, import_path, layout, run_lock, storage
 from contract.messages import error_line
 from pipeline import attempts, retention, retention_config, supersede
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
-from pipeline.params import (
-    BadParameterExit,
-    RunTask,
-    check_output_root,
-    plain_value,
-    refuse_bad_parameters,
+from pipeline.finished_settings import (
+    ShardSetMismatch,
+    TrainSettingsMismatch,
+    check_shard_set_parameters,
+    check_train_settings,
+    printed,
 )
+from pipeline.params import BadParameterExit, RunTask, check_output_root, refuse_bad_parameters
 from pipeline.preprocess_task import Preprocess
 from pipeline.train_task import Train
-from train.config import SHAPING_SETTINGS
-
-# Preprocess parameters that decide what the shard set holds; data_dir and friends only say
-# where the sources come from, and max_records_per_file only how many files hold them.
-SHARD_SET_PARAMETERS = (
-    "dataset",
-    "num_workers",
-    "validation_fraction",
-    "seed",
-    "train_split",
-    "eval_split",
-    "eval_fraction",
-    "window_days",
-    "resize",
-    "image_feature",
-    "label_feature",
-    "raw_image_shape",
-)
-
-
-class ShardSetMismatch(RuntimeError):
-    """The date's shard set exists but was made with other Preprocess parameters."""
-
-
-class TrainSettingsMismatch(RuntimeError):
-    """The date's training finished, but with other Train parameters than this run's."""
-
 
 logger = logging.getLogger("luigi-interface")
 
@@ -90,13 +64,6 @@ class RefusalTraceback(logging.Filter):
         if "error in complete() method" not in message:
             return True
         return not message.rstrip().rsplit("\n", 1)[-1].startswith(self.NAMES)
-
-
-def _printed(refusal: Exception) -> Exception:
-    """`refusal`, its message printed first as the stages' one error line (luigi's own
-    report of it is dropped by RefusalTraceback)."""
-    print(error_line(str(refusal)), file=sys.stderr, flush=True)
-    return refusal
 
 
 logger.addFilter(RefusalTraceback())
@@ -183,7 +150,7 @@ def prepare_run(preprocess: Preprocess, force_stage: str | None = None) -> None:
     try:
         held = run_lock.hold_for_process(run_dir)
     except run_lock.RunLockedError as e:
-        raise _printed(e) from None
+        raise printed(e) from None
     if held:
         _log_to_run_folder(output_root, date)
         logger.info("holding the lock of %s for this run", run_dir)
@@ -207,77 +174,6 @@ def rewrite_trend_page(output_root: str) -> None:
             done.returncode,
             (done.stderr.strip().splitlines() or [""])[-1],
         )
-
-
-def check_shard_set_parameters(preprocess: Preprocess) -> None:
-    """Refuses a date whose existing shard set was made with other Preprocess parameters.
-
-    Raises:
-        ShardSetMismatch: naming each differing parameter, both values, and the ways out.
-    """
-    path = preprocess.output().path
-    if not gfile.exists(path):
-        return
-    doc = atomic.read_json(path)
-    recorded = {**doc.get("parameters", {}), "num_workers": doc.get("num_workers")}
-    if "eval_held_out" not in doc.get("dataset", {}):
-        recorded.pop("eval_fraction", None)  # only says anything when the eval split was cut
-    differing = [
-        f"{name} {recorded[name]!r} (now {getattr(preprocess, name)!r})"
-        for name in SHARD_SET_PARAMETERS
-        if name in recorded and not _same(recorded[name], getattr(preprocess, name))
-    ]
-    if differing:
-        message = (
-            f"the shard set {os.path.dirname(path)} was made with other Preprocess "
-            f"parameters: {', '.join(differing)}. Run with the parameters it was made with, "
-            "or rebuild it with --force-stage preprocess (the old one moves to superseded/)"
-        )
-        raise _printed(ShardSetMismatch(message))
-
-
-def check_train_settings(train: Train) -> None:
-    """Refuses a date whose training finished with other Train parameters than `train`'s:
-    luigi would count it as done and evaluate a model these parameters did not make.
-
-    Raises:
-        TrainSettingsMismatch: naming each differing parameter, both values, and the ways out.
-    """
-    if not gfile.exists(train.output().path):
-        return
-    path = layout.join(
-        layout.train_dir(train.output_root, train.date_str), layout.TRAIN_CONFIG_FILE
-    )
-    if not gfile.exists(path):
-        return  # trained by a version that did not record its settings
-    recorded = atomic.read_json(path)
-    # What shapes training, as train.config declares it; how often to log or save, or how long
-    # to wait, makes the same model.
-    compared = sorted(
-        name for name in train.param_kwargs if name in SHAPING_SETTINGS and name in recorded
-    )
-    differing = [
-        f"{name} {recorded[name]!r} (now {plain_value(getattr(train, name))!r})"
-        for name in compared
-        if not _same(recorded[name], plain_value(getattr(train, name)))
-        # "auto" stands for whichever policy the machine that trained chose
-        and not (name == "precision" and getattr(train, name) == "auto")
-    ]
-    if differing:
-        message = (
-            f"{train.date_str} is complete with other Train settings: {', '.join(differing)} "
-            f"(recorded in {path}). Run with the settings it was trained with, or retrain "
-            "with --force-stage train (the old run moves to superseded/)"
-        )
-        raise _printed(TrainSettingsMismatch(message))
-
-
-def _same(recorded: object, wanted: object) -> bool:
-    if isinstance(recorded, dict) and isinstance(wanted, dict):
-        return recorded == wanted  # hparams: key order does not matter
-    if isinstance(recorded, (int, float)) and isinstance(wanted, (int, float)):
-        return float(recorded) == float(wanted)
-    return str(recorded) == str(wanted)
 
 
 def _log_to_run_folder(output_root: str, date: str) -> str:

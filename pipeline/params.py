@@ -7,10 +7,7 @@ back to [Preprocess] (luigi's `config_path`) instead of repeating the values per
 from __future__ import annotations
 
 import datetime
-import json
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 import luigi
 from luigi.parameter import ConfigPath
@@ -149,13 +146,6 @@ def refuse_bad_parameters(*tasks: RunTask) -> None:
             message = f"{task.task_family}: {e}; fix the parameter and rerun"
             print(error_line(message), file=sys.stderr, flush=True)
             raise BadParameterExit(message) from None
-
-
-def plain_value(value: Any) -> Any:
-    """A parameter's value as the stages hold it: a DictParameter's frozen mapping as a dict."""
-    if isinstance(value, Mapping):
-        return json.loads(luigi.DictParameter().serialize(value))
-    return value
 
 
 def check_output_root(output_root: str) -> None:

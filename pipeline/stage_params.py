@@ -93,13 +93,3 @@ def stage_config(task: luigi.Task, config_class: type, **others: Any) -> Any:
     `others`, the settings the task derives itself (`skip`); the config's own checks apply."""
     values = {name: settings.plain(getattr(task, name)) for name in getattr(task, STAGE_SETTINGS)}
     return config_class(**values, **others)
-
-
-def stage_flags(task: luigi.Task) -> list[str]:
-    """The stage command's flags for the task's values of its derived parameters."""
-    args: list[str] = []
-    for name in getattr(task, STAGE_SETTINGS):
-        value = getattr(task, name)
-        if value is not None:
-            args += [f"--{name.replace('_', '-')}", settings.format_flag_value(value)]
-    return args

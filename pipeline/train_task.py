@@ -1,22 +1,32 @@
-"""Luigi task of the train stage: maps its parameters onto `python -m train launch`."""
+"""Luigi task of the train stage: `python -m train launch` for the night's run."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import luigi
 
-from contract import import_path, layout
+from contract import import_path
 from contract.messages import error_line
-from pipeline import config, runner
+from pipeline import config
 from pipeline.data_gate_task import DataGate
-from pipeline.params import RunTask, plain_value
-from pipeline.stage_params import stage_flags, stage_parameters
-from pipeline.targets import GFileTarget
+from pipeline.finished_settings import check_train_settings
+from pipeline.stage_task import StageSpec, StageTask, stage_task
 from train.config import MAX_RESTARTS, WARM_START_SETTLED, TrainConfig
 
-STAGE_LOG_FILE = "train.log"
+SPEC = StageSpec(
+    name="train",
+    module=("train", "launch"),
+    config_class=TrainConfig,
+    output=lambda run: run.history_path,
+    log_file="train.log",
+    run_settings=("data_dir", "train_dir"),
+    # The launcher itself always runs here: with [Executor] kind = docker it is given
+    # `--backend docker --image ...` (from [Docker]) and runs one container per worker.
+    in_container=False,
+    skip=WARM_START_SETTLED,  # what the launcher settles itself
+    fallbacks={"seed": {"section": "Preprocess", "name": "seed"}},
+)
 
 
 def check_model(model: str) -> None:
@@ -36,13 +46,8 @@ def check_model(model: str) -> None:
         raise
 
 
-@stage_parameters(
-    TrainConfig,
-    # The run's folders (from output_root and date), and what the launcher settles itself.
-    skip=("data_dir", "train_dir", *WARM_START_SETTLED),
-    fallbacks={"seed": {"section": "Preprocess", "name": "seed"}},
-)
-class Train(RunTask):
+@stage_task(SPEC)
+class Train(StageTask):
     """Trains the run's model with `num_workers` workers on the run's shard set.
 
     Every setting of train.config.TrainConfig is a parameter of this task too (same name,
@@ -57,16 +62,7 @@ class Train(RunTask):
         "worker dies, before the task fails.",
     )
 
-    def check_parameters(self) -> None:
-        # The stage's own checks, on the settings this task passes it (TrainConfig.check).
-        settings = {
-            f.name: plain_value(getattr(self, f.name))
-            for f in dataclasses.fields(TrainConfig)
-            if f.name in self.param_kwargs
-        }
-        data_dir = layout.data_dir(self.output_root, self.date_str)
-        train_dir = layout.train_dir(self.output_root, self.date_str)
-        TrainConfig(**{**settings, "data_dir": data_dir, "train_dir": train_dir}).check()
+    def check_own_parameters(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be 0 or more, got {self.max_restarts}")
 
@@ -82,30 +78,9 @@ class Train(RunTask):
         if not done:
             check_model(self.model)
         else:
-            from pipeline.full_run import check_train_settings
-
             check_train_settings(self)
         return done
 
-    def output(self) -> GFileTarget:
-        return GFileTarget(
-            layout.join(layout.train_dir(self.output_root, self.date_str), layout.HISTORY_FILE)
-        )
-
-    def command(self) -> list[str]:
-        """The stage's command line; with `[Executor] kind = docker` its workers are containers.
-
-        The launcher itself always runs here: `--backend docker --image ...` (from [Docker])
-        makes it start one container per worker.
-        """
-        args = [sys.executable, "-m", "train", "launch"]
-        args += ["--data-dir", layout.data_dir(self.output_root, self.date_str)]
-        args += ["--train-dir", layout.train_dir(self.output_root, self.date_str)]
-        args += stage_flags(self)
-        args += ["--num-workers", str(self.num_workers), "--max-restarts", str(self.max_restarts)]
+    def extra_args(self) -> list[str]:
+        args = ["--num-workers", str(self.num_workers), "--max-restarts", str(self.max_restarts)]
         return args + config.train_backend_flags()
-
-    def run(self) -> None:
-        self.hold_run_lock()
-        logs = layout.logs_dir(self.output_root, self.date_str)
-        runner.run_stage(self, "train", self.command(), layout.join(logs, STAGE_LOG_FILE))

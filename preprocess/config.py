@@ -9,6 +9,7 @@ import datetime
 import difflib
 
 from contract import dates, messages, settings, storage
+from contract.run import DEFAULT_DATASET
 from preprocess.errors import BadInputError
 
 DESCRIPTION = (
@@ -31,7 +32,7 @@ class PreprocessConfig:
         metadata={"help": "The run's date, YYYY-MM-DD; output goes to <output_root>/<date>/data."}
     )
     dataset: str = dataclasses.field(
-        default="fashion_mnist",
+        default=DEFAULT_DATASET,
         metadata={
             "help": "The images to train on: a TFDS name ('fashion_mnist', 'name/config'), a "
             "TFDS builder by import path ('tfds:my_pkg.my_module[:MyBuilder]'), an image "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from contract.settings import SettingsError
+
 # How a Beam runner reports an exception raised in a step: in-process runners re-raise it with
 # the step's name appended; others (another process, a cloud worker) hand back its traceback.
 _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
@@ -14,7 +16,7 @@ class PreprocessError(Exception):
     """Bad input or an unusable environment; the message names the thing and what to do."""
 
 
-class BadInputError(PreprocessError):
+class BadInputError(PreprocessError, SettingsError):
     """The dataset or a parameter is wrong: running again unchanged cannot help (exit 2)."""
 
 

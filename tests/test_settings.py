@@ -15,7 +15,7 @@ from evaluate.config import EvaluateConfig
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.preprocess_task import Preprocess
-from pipeline.stage_params import stage_config, stage_flags, stage_parameters
+from pipeline.stage_params import stage_config, stage_parameters
 from pipeline.train_task import Train
 from preprocess.config import PreprocessConfig
 from preprocess.data_gate import DataGateConfig
@@ -69,7 +69,7 @@ def test_task_values_reach_the_stage_as_the_same_config():
     task = ExampleTask(
         width=7, rate=0.1, mode="b", note="x y", warm=True, hparams={"depth": [1, 2], "w": 64.0}
     )
-    config = parse(ExampleConfig, ["--data-dir", "d", *stage_flags(task)])
+    config = parse(ExampleConfig, settings.flags(stage_config(task, ExampleConfig, data_dir="d")))
     assert config == ExampleConfig(
         "d", 7, 0.1, "b", "x y", True, {"depth": [1, 2], "w": 64.0}, None
     )

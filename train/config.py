@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from contract import atomic
+from contract.settings import SettingsError
 
 MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
 
@@ -22,7 +23,7 @@ WARM_STARTS = ("off", "last-blessed")
 BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
 
 
-class ConfigError(ValueError):
+class ConfigError(SettingsError):
     """A training setting is out of range or unknown."""
 
 

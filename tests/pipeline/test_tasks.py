@@ -13,10 +13,9 @@ import traceback
 import luigi
 import pytest
 
-from contract import ledger, run_lock
+from contract import ledger, run_lock, settings
 from evaluate.__main__ import parse_args
 from pipeline import Evaluate, FullRun, Preprocess, Train, full_run, supersede
-from pipeline.params import plain_value
 from tests.factories import PROJECT_ROOT
 
 DATE = datetime.date(2026, 1, 31)
@@ -202,7 +201,7 @@ def write_finished_training(root, task_hparams=None, **changed) -> Train:
     train_dir = root / "2026-01-31" / "train"
     train_dir.mkdir(parents=True)
     recorded = {
-        name: plain_value(value) for name, value in train.param_kwargs.items() if name != "date"
+        name: settings.plain(value) for name, value in train.param_kwargs.items() if name != "date"
     }
     recorded |= {"precision": "float32", **changed}
     (train_dir / "config.json").write_text(json.dumps(recorded))
