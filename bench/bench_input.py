@@ -41,7 +41,7 @@ threading.Thread(target=sample, daemon=True).start()
 data_dir, budget = sys.argv[1], int(sys.argv[2])
 doc = manifest.read_manifest(data_dir)
 plan = data.input_plan(doc, 0, {BATCH}, budget)
-steps = data.steps_per_epoch(doc, {BATCH})
+steps = manifest.steps_per_epoch(doc, {BATCH})
 started = time.perf_counter()
 for _ in data.train_dataset(data_dir, doc, 0, {BATCH}, seed=1, memory_budget_mb=budget).take(steps):
     pass

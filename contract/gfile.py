@@ -145,3 +145,23 @@ def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
         yield from _tf_gfile().walk(top)
     else:
         yield from os.walk(top)
+
+
+def upload_folder(local_dir: str, remote_dir: str) -> list[str]:
+    """Copies every file under `local_dir` to the same relative place under `remote_dir`.
+
+    Returns:
+        The remote paths written (none when `local_dir` does not exist).
+    """
+    written: list[str] = []
+    if not os.path.isdir(local_dir):
+        return written
+    for folder, _, files in os.walk(local_dir):
+        for name in sorted(files):
+            source = os.path.join(folder, name)
+            relative = os.path.relpath(source, local_dir).replace(os.sep, "/")
+            target = f"{remote_dir.rstrip('/')}/{relative}"
+            makedirs(target.rsplit("/", 1)[0])
+            copy(source, target, overwrite=True)
+            written.append(target)
+    return written

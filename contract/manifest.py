@@ -181,3 +181,9 @@ def verify(data_dir: str, split: str | None = None, worker: int | None = None) -
                 f"manifest says {entry['sha256']})"
             )
     return manifest
+
+
+def steps_per_epoch(doc: dict[str, Any], per_worker_batch_size: int) -> int:
+    """Steps every worker runs per epoch: the same on all workers, from the manifest."""
+    per_worker = doc["splits"][layout.TRAIN_SPLIT]["examples_per_worker"]
+    return int(per_worker // per_worker_batch_size)

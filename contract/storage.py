@@ -9,7 +9,7 @@ Some things cannot live on an object store: flock locks and logs that are append
 stage runs. For a remote root they go to `local_state_dir(path)`, a local mirror of the remote
 path under `$NIGHTLY_TRAINER_STATE_DIR` (default `~/.cache/nightly-trainer`), for example
 `~/.cache/nightly-trainer/gs/bucket/runs/2026-01-31/logs`. Logs are copied to the store when
-the process writing them is done with them (`upload_folder`).
+the process writing them is done with them (`contract.gfile.upload_folder`).
 """
 
 from __future__ import annotations
@@ -71,25 +71,3 @@ def local_state_dir(path: str) -> str:
     rest = path.partition("://")[2].strip("/")
     parts = [p for p in rest.split("/") if p not in ("", ".", "..")]
     return os.path.join(state_root(), found, *parts)
-
-
-def upload_folder(local_dir: str, remote_dir: str) -> list[str]:
-    """Copies every file under `local_dir` to the same relative place under `remote_dir`.
-
-    Returns:
-        The remote paths written (none when `local_dir` does not exist).
-    """
-    from contract import gfile  # which reads is_remote from here
-
-    written: list[str] = []
-    if not os.path.isdir(local_dir):
-        return written
-    for folder, _, files in os.walk(local_dir):
-        for name in sorted(files):
-            source = os.path.join(folder, name)
-            relative = os.path.relpath(source, local_dir).replace(os.sep, "/")
-            target = f"{remote_dir.rstrip('/')}/{relative}"
-            gfile.makedirs(target.rsplit("/", 1)[0])
-            gfile.copy(source, target, overwrite=True)
-            written.append(target)
-    return written

@@ -21,14 +21,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from contract import processes, storage
-
-if TYPE_CHECKING:
-    from evaluate.serving import PushRequest
+from evaluate import signatures
+from evaluate.signatures import PushRequest
 
 BINARY = "tensorflow_model_server"
 # Enough to see both signatures answer; the in-process check covers every verified example.
@@ -108,8 +107,6 @@ def check(base_path: str, request: PushRequest, images: np.ndarray) -> dict[str,
     Raises:
         ModelServerError: the server failed to load the export or answered otherwise.
     """
-    from evaluate import serving  # the signature names; serving imports this module
-
     binary = shutil.which(BINARY)
     if binary is None:
         return {"ran": False, "reason": f"{BINARY} is not on PATH: the in-process check stands"}
@@ -119,9 +116,9 @@ def check(base_path: str, request: PushRequest, images: np.ndarray) -> dict[str,
             "reason": f"{BINARY} is run on local exports only: the in-process check stands",
         }
     count = min(QUERY_EXAMPLES, len(request.serialized_examples))
-    _, dtype = serving.model_input(request.model, request.image_shape)
+    _, dtype = signatures.model_input(request.model, request.image_shape)
     model_input = images[:count].astype(dtype.as_numpy_dtype)
-    expected = serving.keras_predictions(request.model, model_input)
+    expected = signatures.keras_predictions(request.model, model_input)
     rest_port = _free_port()
     name, version = request.model_name, request.version
     base_url = f"http://127.0.0.1:{rest_port}/v1/models/{name}"
@@ -144,32 +141,32 @@ def check(base_path: str, request: PushRequest, images: np.ndarray) -> dict[str,
         _wait_available(server, base_url, version, log_path)
         predict = f"{base_url}/versions/{version}:predict"
         differences = {
-            serving.SERVING_SIGNATURE: _compare(
+            signatures.SERVING_SIGNATURE: _compare(
                 expected,
                 _request(
                     predict,
                     {
-                        "signature_name": serving.SERVING_SIGNATURE,
-                        "inputs": {serving.IMAGES_INPUT: model_input.tolist()},
+                        "signature_name": signatures.SERVING_SIGNATURE,
+                        "inputs": {signatures.IMAGES_INPUT: model_input.tolist()},
                     },
                 ),
-                serving.SERVING_SIGNATURE,
+                signatures.SERVING_SIGNATURE,
             ),
-            serving.EXAMPLE_SIGNATURE: _compare(
+            signatures.EXAMPLE_SIGNATURE: _compare(
                 expected,
                 _request(
                     predict,
                     {
-                        "signature_name": serving.EXAMPLE_SIGNATURE,
+                        "signature_name": signatures.EXAMPLE_SIGNATURE,
                         "inputs": {
-                            serving.EXAMPLES_INPUT: [
+                            signatures.EXAMPLES_INPUT: [
                                 {"b64": base64.b64encode(s).decode("ascii")}
                                 for s in request.serialized_examples[:count]
                             ]
                         },
                     },
                 ),
-                serving.EXAMPLE_SIGNATURE,
+                signatures.EXAMPLE_SIGNATURE,
             ),
         }
     except (urllib.error.URLError, OSError, ValueError) as e:

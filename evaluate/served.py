@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from contract import atomic, gfile, layout, pointer, storage
-from evaluate import report, serving
+from evaluate import report, serving, signatures
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def pointer_version(current: dict[str, Any], output_root: str | None = None) -> 
             pushed = atomic.read_json(push_path).get("version")
             if isinstance(pushed, int):
                 return pushed
-    return serving.version_for_date(str(current["date"]))
+    return signatures.version_for_date(str(current["date"]))
 
 
 def _quarantined_versions(export_base: str, model_name: str) -> dict[str, int]:
@@ -83,7 +83,7 @@ def next_sequence(export_base: str, model_name: str, date: str, model_sha256: st
     Serving never reloads a version in place. Two versions may hold the same model (a night
     pushed, quarantined and pushed again); the lowest is reused.
     """
-    first = serving.version_for_date(date)
+    first = signatures.version_for_date(date)
     folders = {
         layout.join(model_dir(export_base, model_name), str(v)): v
         for v in served_versions(export_base, model_name)

@@ -32,6 +32,7 @@ from evaluate import (
     scoring,
     served,
     serving,
+    signatures,
     trend,
 )
 from evaluate.config import EvaluateConfig
@@ -195,7 +196,7 @@ def _push(
     sequence = served.next_sequence(
         config.serving_base, config.model_name, config.date, metrics["model"]["sha256"]
     )
-    version = serving.version_for_date(config.date, sequence)
+    version = signatures.version_for_date(config.date, sequence)
     path = layout.join(config.serving_base, config.model_name, str(version))
     if not verdict["blessed"]:
         return {

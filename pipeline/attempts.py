@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import luigi
 from luigi.cmdline_parser import CmdlineParser
@@ -37,9 +37,6 @@ from luigi.cmdline_parser import CmdlineParser
 from contract import atomic, gfile, layout, ledger, run_lock, storage
 from pipeline import night_alerts, notify
 from pipeline.runner import StageFailed
-
-if TYPE_CHECKING:
-    from pipeline.params import RunTask
 
 logger = logging.getLogger("luigi-interface")
 
@@ -245,7 +242,7 @@ def _is_root(task: luigi.Task) -> bool:
         return False
 
 
-def _begin(task: RunTask) -> Attempt | None:
+def _begin(task: luigi.Task) -> Attempt | None:
     """Begins the attempt when `task` is the command line's root task and none has begun."""
     global _current, _exit_hook_registered
     if _current is not None or not _is_root(task):
@@ -253,8 +250,9 @@ def _begin(task: RunTask) -> Attempt | None:
     attempt = Attempt(
         task_id=task.task_id,
         entry_point=task.task_family,
-        date=task.date_str,
-        output_root=task.output_root,
+        # A run task's (pipeline.params.RunTask); read by name, which keeps this module below it.
+        date=str(getattr(task, "date_str")),  # noqa: B009
+        output_root=str(getattr(task, "output_root")),  # noqa: B009
     )
     if attempt.writable:
         attempt.bytes_at_start = _folder_bytes(attempt.run_dir())
@@ -269,7 +267,7 @@ def _begin(task: RunTask) -> Attempt | None:
     return attempt
 
 
-def observe_complete(task: RunTask, check: Callable[[], bool]) -> bool:
+def observe_complete(task: luigi.Task, check: Callable[[], bool]) -> bool:
     """`check()`, luigi's completeness check of `task`, watched for the ledger.
 
     The root task's first check begins the attempt; an exception from any check (a refusal:

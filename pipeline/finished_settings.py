@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from contract import atomic, gfile, layout, settings
 from contract.messages import error_line
+from pipeline.params import RunTask
 from train.config import SHAPING_SETTINGS
-
-if TYPE_CHECKING:
-    from pipeline.preprocess_task import Preprocess
-    from pipeline.train_task import Train
 
 # Preprocess parameters that decide what the shard set holds; data_dir and friends only say
 # where the sources come from, and max_records_per_file only how many files hold them.
@@ -54,7 +50,7 @@ def printed(refusal: Exception) -> Exception:
     return refusal
 
 
-def check_shard_set_parameters(preprocess: Preprocess) -> None:
+def check_shard_set_parameters(preprocess: RunTask) -> None:
     """Refuses a date whose existing shard set was made with other Preprocess parameters.
 
     Raises:
@@ -81,7 +77,7 @@ def check_shard_set_parameters(preprocess: Preprocess) -> None:
         raise printed(ShardSetMismatch(message))
 
 
-def check_train_settings(train: Train) -> None:
+def check_train_settings(train: RunTask) -> None:
     """Refuses a date whose training finished with other Train parameters than `train`'s:
     luigi would count it as done and evaluate a model these parameters did not make.
 

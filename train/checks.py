@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract import gfile, layout
+from contract import gfile, layout, manifest
 from train import user_model
 from train.config import ConfigError, TrainConfig
 
@@ -60,12 +60,6 @@ def is_settled(config: TrainConfig) -> bool:
     return config.warm_start == "off" or bool(config.warm_start_from or config.cold_start_reason)
 
 
-def steps_per_epoch(shard_manifest: dict[str, Any], per_worker_batch_size: int) -> int:
-    """Steps every worker runs per epoch: the same on all workers, from the manifest."""
-    per_worker = shard_manifest["splits"][layout.TRAIN_SPLIT]["examples_per_worker"]
-    return int(per_worker // per_worker_batch_size)
-
-
 def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_workers: int) -> None:
     """Checks the settings against each other, the shard set's manifest and any backup.
 
@@ -86,7 +80,7 @@ def check_settings(config: TrainConfig, shard_manifest: dict[str, Any], num_work
             f"{shard_manifest['num_workers']} workers: train with "
             f"{shard_manifest['num_workers']} or rerun preprocess with {num_workers}"
         )
-    if steps_per_epoch(shard_manifest, config.per_worker_batch_size) < 1:
+    if manifest.steps_per_epoch(shard_manifest, config.per_worker_batch_size) < 1:
         per_worker = shard_manifest["splits"][layout.TRAIN_SPLIT]["examples_per_worker"]
         raise ConfigError(
             f"per_worker_batch_size {config.per_worker_batch_size} exceeds the {per_worker} "

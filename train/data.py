@@ -9,7 +9,6 @@ from typing import Any
 import tensorflow as tf
 
 from contract import layout, manifest, records
-from train.checks import steps_per_epoch
 from train.config import TrainConfig
 
 # Fixed parallelism and prefetch depth instead of tf.data's autotuning: an autotuned
@@ -197,7 +196,7 @@ def train_dataset(
     `augment="flip-shift"` flips and shifts each image of a batch at random, with a key that
     is a function of (seed, worker, epoch, batch index): resumed runs augment alike too.
     """
-    steps = steps_per_epoch(shard_manifest, per_worker_batch_size)
+    steps = manifest.steps_per_epoch(shard_manifest, per_worker_batch_size)
     plan = input_plan(shard_manifest, worker, per_worker_batch_size, memory_budget_mb)
     if plan.in_memory:
         records = read_worker_records(data_dir, shard_manifest, worker)

@@ -141,7 +141,7 @@ def build_trainer(
             cluster.timed_collectives(config.collective_timeout_seconds),
         )
         rate = learning_rate(
-            config, data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
+            config, manifest.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
         )
         trainer.compile(
             optimizer=models.optimizer(config, rate) or keras.optimizers.Adam(rate),
@@ -290,7 +290,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         cluster.timed_collectives(config.collective_timeout_seconds),
     )
     chief = cluster.may_write_real_paths(info)
-    steps = data.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
+    steps = manifest.steps_per_epoch(shard_manifest, config.per_worker_batch_size)
     global_batch = config.per_worker_batch_size * info.num_workers
     plan = data.input_plan(
         shard_manifest, info.worker_index, config.per_worker_batch_size,

@@ -12,7 +12,7 @@ import os
 import re
 from typing import IO
 
-from contract import layout, storage
+from contract import gfile, layout, storage
 from contract.messages import ERROR_PREFIX
 from train.config import TrainConfig
 
@@ -69,6 +69,6 @@ def copy_logs_to_store(config: TrainConfig, log_dir: str | None) -> None:
     if log_dir is not None or not storage.is_remote(remote):
         return
     try:
-        storage.upload_folder(log_dir_for(config), remote)
+        gfile.upload_folder(log_dir_for(config), remote)
     except Exception as e:  # noqa: BLE001 - a lost log copy must not change training's result
         logger.warning("could not copy the workers' logs to %s: %s", remote, e)

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, layout, pointer
-from evaluate import EvaluateConfig, run, served, serving
+from evaluate import EvaluateConfig, run, served, serving, signatures
 from pipeline import supersede
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE
@@ -143,7 +143,7 @@ def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
     with pytest.raises(Killed):
         run(_config(root))
     monkeypatch.setattr(pointer, "write", real_write)
-    version = serving.version_for_date(DATE)
+    version = signatures.version_for_date(DATE)
     assert served.served_versions(str(root / "serving"), "nightly")[-1] == version
     assert "the newest served version is 2026013100, not 2026013000" in " ".join(_problems(root))
 
@@ -190,7 +190,7 @@ def test_a_reversed_verdict_takes_pointer_and_served_version_back(
 def test_the_pointer_records_the_served_version_and_a_local_export_is_complete(two_nights):
     run(_config(two_nights))
     current = pointer.read(str(two_nights))
-    assert current["version"] == serving.version_for_date(DATE)
+    assert current["version"] == signatures.version_for_date(DATE)
     loaded = tf.saved_model.load(str(two_nights / "serving" / "nightly" / str(current["version"])))
     assert serving.SERVING_SIGNATURE in loaded.signatures
     assert not isinstance(loaded, tf_keras.Model)

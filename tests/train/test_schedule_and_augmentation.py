@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from contract import manifest
 from tests.train.conftest import write_small_shard_set
 from train import data, models, warm_start, worker
 from train.config import ConfigError, TrainConfig, read_cpu_flags
@@ -57,7 +58,7 @@ def test_augmented_batches_are_flips_and_shifts_of_the_same_examples(shard_set):
 
 
 def test_augmentation_is_seeded_and_resumes_exactly(shard_set):
-    steps = data.steps_per_epoch(shard_set[1], BATCH)
+    steps = manifest.steps_per_epoch(shard_set[1], BATCH)
     whole = batches(shard_set, 2 * steps, "flip-shift")
     again = batches(shard_set, 2 * steps, "flip-shift")
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(whole, again, strict=True))

@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 
+from contract import manifest
 from train import cluster, models
 from train.config import ConfigError, TrainConfig
 
@@ -130,7 +131,7 @@ def test_train_dataset_resumed_mid_epoch_feeds_the_same_batches(tmp_path, budget
     shard_manifest = write_small_shard_set(str(tmp_path))
     plan = data.input_plan(shard_manifest, 1, 48, budget_mb)
     assert plan.in_memory == in_memory and plan.window >= 48
-    steps = data.steps_per_epoch(shard_manifest, 48)  # 256 // 48 = 5, 16 examples left out
+    steps = manifest.steps_per_epoch(shard_manifest, 48)  # 256 // 48 = 5, 16 examples left out
 
     def batches(start_epoch: int, start_step: int, count: int) -> list[bytes]:
         dataset = data.train_dataset(
