@@ -1,4 +1,4 @@
-"""The multi-night demo (`python -m pipeline.nightly_demo`, `make nightly-demo`): three nights on
+"""The multi-night demo (`python -m tools.nightly_demo`, `make nightly-demo`): three nights on
 growing daily drops, each warm-started from the last blessed model, blessed against it on the
 same eval set, pushed when blessed and shown on the trend page; and its refusals."""
 
@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from contract import atomic, layout
-from pipeline import nightly_demo
 from tests.factories import PROJECT_ROOT
+from tools import nightly_demo
 
 DATES = ("2026-03-01", "2026-03-02", "2026-03-03")
 PER_DAY = 300
@@ -25,7 +25,7 @@ TEST_EXAMPLES = 200
 
 def demo(root: pathlib.Path, *flags: str) -> subprocess.CompletedProcess:
     command = [
-        sys.executable, "-m", "pipeline.nightly_demo", f"--root={root}", f"--start={DATES[0]}",
+        sys.executable, "-m", "tools.nightly_demo", f"--root={root}", f"--start={DATES[0]}",
         *flags,
     ]  # fmt: skip
     env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
