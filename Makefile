@@ -42,7 +42,7 @@ run: setup dataset
 	$(BIN)/luigi --module pipeline FullRun --local-scheduler
 
 # Several consecutive nights on growing daily drops, warm-started from the last blessed model,
-# in their own output root (pipeline/nightly_demo.py; docs/operations.md). A few minutes as set
+# in their own output root (tools/nightly_demo.py; docs/operations.md). A few minutes as set
 # here; e.g. `make nightly-demo DAYS=5 EPOCHS=10 MODEL=cnn3`, or DEMO_ARGS=--recipe for
 # luigi.cfg's recipe on the whole train split. A rerun with the same settings continues.
 DAYS ?= 3
@@ -53,7 +53,7 @@ DEMO_ROOT ?= runs-demo
 DEMO_ARGS ?=
 
 nightly-demo: setup dataset
-	$(BIN)/python -m pipeline.nightly_demo --root $(DEMO_ROOT) --days $(DAYS) \
+	$(BIN)/python -m tools.nightly_demo --root $(DEMO_ROOT) --days $(DAYS) \
 		$(if $(EPOCHS),--epochs $(EPOCHS)) $(if $(MODEL),--model $(MODEL)) \
 		$(if $(PER_DAY),--per-day $(PER_DAY)) $(DEMO_ARGS)
 
@@ -62,7 +62,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 typecheck: setup
-	$(BIN)/mypy contract pipeline preprocess train evaluate bench
+	$(BIN)/mypy contract pipeline preprocess train evaluate bench tools
 
 test: setup dataset lint typecheck
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)

@@ -1,8 +1,8 @@
-"""`python -m pipeline.nightly_demo`: consecutive nights on growing daily drops, warm-started.
+"""`python -m tools.nightly_demo`: consecutive nights on growing daily drops, warm-started.
 
-    python -m pipeline.nightly_demo                  # 3 nights of cnn, 5 epochs, in runs-demo/
-    python -m pipeline.nightly_demo --days 5 --epochs 5 --model cnn3
-    python -m pipeline.nightly_demo --recipe         # luigi.cfg's recipe on the whole train split
+    python -m tools.nightly_demo                  # 3 nights of cnn, 5 epochs, in runs-demo/
+    python -m tools.nightly_demo --days 5 --epochs 5 --model cnn3
+    python -m tools.nightly_demo --recipe         # luigi.cfg's recipe on the whole train split
 
 It cuts Fashion-MNIST's train split into `--days` seeded daily drops in `<root>/drops`
 (`python -m preprocess.make_drops`, the test split beside them as the fixed evaluation set),
@@ -335,7 +335,7 @@ def run(settings: DemoSettings, verbose: bool = False) -> list[dict[str, Any]]:
 
 def parse_args(argv: list[str]) -> tuple[DemoSettings, bool]:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.nightly_demo",
+        prog="python -m tools.nightly_demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
