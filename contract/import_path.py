@@ -90,6 +90,35 @@ def check(text: str) -> None:
             such name.
     """
     module_name, function_name = split(text)
+    found = _module_names(module_name)
+    if found is None:
+        return  # compiled or namespace: only importing it tells
+    names, star = found
+    if function_name not in names and not star:
+        raise no_function(module_name, function_name)
+
+
+def defines(text: str, name: str) -> bool | None:
+    """Whether the module of `package.module:function` binds `name` at its top level, read
+    without running it; None when only importing it could tell.
+
+    Raises:
+        ImportPathError: the form is wrong or the module is not found.
+    """
+    found = _module_names(split(text)[0])
+    if found is None:
+        return None
+    names, star = found
+    return True if name in names else (None if star else False)
+
+
+def _module_names(module_name: str) -> tuple[set[str], bool] | None:
+    """The names a module's top level binds and whether a star import may bind more, read
+    from its source; None for a compiled or namespace module.
+
+    Raises:
+        ImportPathError: the module is not found, or its parent package or source fails.
+    """
     add_working_folder()
     try:
         spec = importlib.util.find_spec(module_name)
@@ -102,7 +131,7 @@ def check(text: str) -> None:
     if spec is None:
         raise not_found(module_name)
     if spec.origin is None or not spec.origin.endswith(".py"):
-        return  # compiled or namespace: only importing it tells
+        return None
     with open(spec.origin, encoding="utf-8") as f:
         try:
             tree = ast.parse(f.read(), spec.origin)
@@ -110,6 +139,4 @@ def check(text: str) -> None:
             raise ImportPathError(
                 f"model module {module_name!r} failed to import: SyntaxError: {e}"
             ) from None
-    names, star = _top_level_names(tree)
-    if function_name not in names and not star:
-        raise no_function(module_name, function_name)
+    return _top_level_names(tree)

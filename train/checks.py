@@ -13,7 +13,7 @@ from typing import Any
 
 from contract import gfile, layout, manifest
 from train import user_model
-from train.config import ConfigError, TrainConfig
+from train.config import ConfigError, TrainConfig, label_smoothing_with_own_loss
 
 # The built-in models' names (train.models.MODELS builds them).
 BUILT_IN_MODELS = ("cnn", "cnn2", "cnn3", "mlp")
@@ -49,10 +49,7 @@ def check_model_settings(config: TrainConfig) -> None:
     """
     check_name(config.model, config.hparams)
     if config.label_smoothing > 0 and user_model.has_loss_hook(config.model):
-        raise ConfigError(
-            f"label_smoothing is for the built-in loss, and {config.model} comes with its own "
-            f"{user_model.LOSS_HOOK}: set label_smoothing 0 and smooth in that loss"
-        )
+        raise ConfigError(label_smoothing_with_own_loss(config.model))
 
 
 def is_settled(config: TrainConfig) -> bool:

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from contract import atomic
+from contract import atomic, import_path
 from contract.settings import SettingsError
 
 MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
@@ -21,6 +21,11 @@ WARM_STARTS = ("off", "last-blessed")
 # CPU flags (Linux /proc/cpuinfo) under which "auto" computes in bfloat16: AMX's bfloat16 tiles.
 # Without them oneDNN's bfloat16 convolutions were no faster than float32 (BENCHMARKS.md).
 BFLOAT16_CPU_FLAGS = frozenset({"amx_bf16"})
+
+
+# The hooks a model module given by import path may define beside its model function.
+OPTIMIZER_HOOK = "build_optimizer"
+LOSS_HOOK = "build_loss"
 
 
 class ConfigError(SettingsError):
@@ -361,6 +366,15 @@ class TrainConfig:
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        # Read from the model module's source, not run: refused before any work is done. A
+        # module that is not found is named by the model's own check.
+        if self.label_smoothing > 0 and import_path.is_import_path(self.model):
+            try:
+                own_loss = import_path.defines(self.model, LOSS_HOOK)
+            except import_path.ImportPathError:
+                own_loss = False
+            if own_loss:
+                raise ConfigError(label_smoothing_with_own_loss(self.model))
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
         if not self.warm_start_learning_rate >= 0:
@@ -441,3 +455,11 @@ def fields_where(**metadata: object) -> tuple[str, ...]:
 WARM_START_SETTLED = fields_where(settled_by_launcher=True)
 # The settings that shape training: FullRun compares them with a finished run's config.json.
 SHAPING_SETTINGS = fields_where(shapes_training=True)
+
+
+def label_smoothing_with_own_loss(model: str) -> str:
+    """Why label_smoothing cannot go with a model module that brings its own loss."""
+    return (
+        f"label_smoothing is for the built-in loss, and {model} comes with its own "
+        f"{LOSS_HOOK}: set label_smoothing 0 (--Train-label-smoothing 0) and smooth in that loss"
+    )

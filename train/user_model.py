@@ -28,11 +28,9 @@ from types import ModuleType
 from typing import Any
 
 from contract import import_path as paths
-from train.config import ConfigError
+from train.config import LOSS_HOOK, OPTIMIZER_HOOK, ConfigError
 
 SEPARATOR = paths.SEPARATOR
-OPTIMIZER_HOOK = "build_optimizer"
-LOSS_HOOK = "build_loss"
 # The images a model receives: pixel values 0-255 as float32 (train.data casts the shards' uint8).
 INPUT_DTYPE = "float32"
 

@@ -293,3 +293,26 @@ def test_the_launchers_model_names_are_the_models_built():
     from train import checks
 
     assert sorted(checks.BUILT_IN_MODELS) == sorted(models.MODELS)
+
+
+def test_a_loss_hook_beside_label_smoothing_is_refused_before_any_work():
+    # luigi.cfg's recipe smooths labels; the walk-through's module brings its own loss. The
+    # Luigi task refuses the pair while luigi decides what to run, before Preprocess.
+    import datetime
+
+    from pipeline import Train
+
+    task = Train(
+        date=datetime.date(2026, 1, 31),
+        output_root="runs",
+        model="examples.my_model:build_model",
+        label_smoothing=0.1,
+    )
+    with pytest.raises(ConfigError, match="--Train-label-smoothing 0"):
+        task.check_parameters()
+    Train(
+        date=datetime.date(2026, 1, 31),
+        output_root="runs",
+        model="examples.my_model:build_model",
+        label_smoothing=0.0,
+    ).check_parameters()
