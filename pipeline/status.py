@@ -1,8 +1,9 @@
 """`python -m pipeline status`: the last nights from the run ledger, one row a night.
 
-    python -m pipeline status [--output-root R] [--nights N] [--json]
+    python -m pipeline status [--output-root R] [--nights N] [--today DATE] [--json]
 
-The table ends at today (UTC) or at the newest date in the ledger, whichever is later. Exit 0
+The table ends at today (UTC; `--today` names another day, to look at a morning gone by as a
+monitor saw it then) or at the newest date in the ledger, whichever is later. Exit 0
 when its last night was evaluated (blessed or not), 1 when that night failed, was refused or is
 missing, 2 (one `error: ...` line) when the folder is not an output root or a [Notify] setting
 cannot be used. With exit 1 it also alerts that night through [Notify]
@@ -192,10 +193,19 @@ def main(argv: list[str] | None = None) -> int:
         "--output-root", help="the output root; default: luigi.cfg's [Preprocess] output_root"
     )
     parser.add_argument("--nights", type=int, default=DEFAULT_NIGHTS, help="nights to show")
+    parser.add_argument(
+        "--today",
+        help="the day the table ends at, YYYY-MM-DD (default: today, UTC); the newest ledger "
+        "date when that is later",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.nights < 1:
         parser.error(f"--nights must be at least 1, got {args.nights}")
+    try:
+        today = None if args.today is None else dates.parse(args.today, "--today")
+    except dates.DateError as e:
+        parser.error(str(e))
     output_root = args.output_root or default_output_root()
     errors: tuple[type[BaseException], ...] = (
         NotAnOutputRoot,
@@ -205,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_root(output_root)
         alert_settings = notify.check_settings()
-        rows = nights(output_root, args.nights)
+        rows = nights(output_root, args.nights, today)
     except errors as e:
         print(error_line(str(e)), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

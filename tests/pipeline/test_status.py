@@ -103,6 +103,26 @@ def test_the_table_ends_at_the_newest_ledger_date_when_it_is_after_today(tmp_pat
     assert document["nights"][0]["outcome"] == ledger.BLESSED and document["exit_status"] == 0
 
 
+def test_today_names_the_morning_the_table_ends_at(tmp_path, capsys):
+    attempt(tmp_path, day(9), ledger.BLESSED)
+    args = ["--output-root", str(tmp_path), "--nights", "2", "--json"]
+    # The day after a missed night, as a monitor saw it then.
+    assert status.main([*args, "--today", day(8)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert [(n["date"], n["outcome"]) for n in document["nights"]] == [
+        (day(9), ledger.BLESSED),
+        (day(8), status.MISSING),
+    ]
+    # A day before the newest ledger date ends the table at that date, as today does.
+    attempt(tmp_path, day(7), ledger.BLESSED)
+    assert status.main([*args, "--today", day(8)]) == 0
+    assert json.loads(capsys.readouterr().out)["nights"][-1]["date"] == day(7)
+    with pytest.raises(SystemExit) as refused:
+        status.main([*args, "--today", "2026-2-1"])
+    assert refused.value.code == 2
+    assert "--today must be a calendar date YYYY-MM-DD" in capsys.readouterr().err
+
+
 def test_a_folder_that_is_not_an_output_root_is_one_error_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not a run")
     for folder in (tmp_path, tmp_path / "absent"):
