@@ -12,6 +12,9 @@ from evaluate.blessing import Thresholds
 from evaluate.paired import check_confidence
 
 SERVING_DIR = "serving"
+# The export formats evaluate.serving.FORMATS registers (a test checks they agree); the config
+# stays free of TensorFlow, which the Luigi process never loads.
+EXPORT_FORMATS = ("saved_model",)
 DEFAULT_MODEL_NAME = "nightly"
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -81,6 +84,14 @@ class EvaluateConfig:
             "<output_root>/serving."
         },
     )
+    export_format: str = dataclasses.field(
+        default="saved_model",
+        metadata={
+            "help": "How a blessed model is written for serving: saved_model, a SavedModel "
+            "with both serving signatures for TF Serving.",
+            "choices": EXPORT_FORMATS,
+        },
+    )
     model_name: str = dataclasses.field(
         default=DEFAULT_MODEL_NAME,
         metadata={
@@ -113,6 +124,11 @@ class EvaluateConfig:
         if self.export_base is not None:
             storage.check_supported(self.export_base, "export base")
         check_model_name(self.model_name)
+        if self.export_format not in EXPORT_FORMATS:
+            raise SettingsError(
+                f"export_format must be one of {', '.join(EXPORT_FORMATS)}, got "
+                f"{self.export_format!r}"
+            )
 
     @property
     def data_dir(self) -> str:

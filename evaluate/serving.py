@@ -1,4 +1,8 @@
-"""Pushing a blessed model to serving: a SavedModel in TF Serving's `<base>/<name>/<version>/`.
+"""Pushing a blessed model to serving, in TF Serving's `<base>/<name>/<version>/`.
+
+The push (staging, the marker, the move into place, reruns) is the same for every export
+format (evaluate.signatures.ExportFormat); the one registered here, and the default, is a
+SavedModel for TF Serving (`SAVED_MODEL`).
 
 The export works on any single-input Keras model. It holds two signatures:
 
@@ -44,6 +48,7 @@ from evaluate.signatures import (
     EXAMPLES_INPUT,
     IMAGES_INPUT,
     SERVING_SIGNATURE,
+    ExportFormat,
     PushRequest,
     keras_predictions,
     model_input,
@@ -222,13 +227,14 @@ def _files_under(folder: str) -> list[str]:
     return sorted(found)
 
 
-def _move_into_place(staged: str, final: str) -> None:
+def _move_into_place(staged: str, final: str, last_files: tuple[str, ...]) -> None:
     """Moves a finished version folder into place; the marker appears last.
 
     A local folder moves with one rename, its files and folders flushed to the disk before it
     and the served folder's entry after it, so a power loss never leaves a version folder
-    whose files are empty. On gs:// the files are copied, the model's graph (saved_model.pb,
-    without which nothing loads) after its variables and the marker after everything.
+    whose files are empty. On gs:// the files are copied, the format's `last_files` (a
+    SavedModel's graph, without which nothing loads) after the rest and the marker after
+    everything.
     """
     if not storage.is_remote(final):
         atomic.sync_tree(staged)
@@ -236,7 +242,7 @@ def _move_into_place(staged: str, final: str) -> None:
         atomic.sync_folder(final.rsplit("/", 1)[0])
         return
     files = _files_under(staged)
-    last = [name for name in (SAVED_MODEL_PB, PUSH_MARKER) if name in files]
+    last = [name for name in (*last_files, PUSH_MARKER) if name in files]
     for name in [f for f in files if f not in last] + last:
         target = layout.join(final, name)
         tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
@@ -260,7 +266,35 @@ def _remove_stale_staging(request: PushRequest) -> None:
             _remove(layout.join(request.model_dir, name.rstrip("/")))
 
 
-def push(request: PushRequest) -> dict[str, Any]:
+class SavedModelFormat:
+    """A SavedModel with both serving signatures, checked in process and, where its binary is
+    installed, through tensorflow_model_server."""
+
+    name: str = "saved_model"
+    last_files: tuple[str, ...] = (SAVED_MODEL_PB,)
+
+    def export(self, request: PushRequest, version_dir: str) -> None:
+        export(request.model, request.image_shape, request.class_names, version_dir)
+
+    def verify(self, request: PushRequest, version_dir: str) -> dict[str, Any]:
+        verification = verify(request, version_dir)
+        try:
+            verification["model_server"] = model_server.check(
+                version_dir.rsplit("/", 1)[0],  # the base path holding the version folder
+                request,
+                decode_examples(request.serialized_examples, request.image_shape),
+            )
+        except model_server.ModelServerError as e:
+            raise ExportError(f"{e}; the export is not pushed") from e
+        return verification
+
+
+SAVED_MODEL = SavedModelFormat()
+# The export formats `[Evaluate] export_format` may name (evaluate.config.EXPORT_FORMATS).
+FORMATS: dict[str, ExportFormat] = {SAVED_MODEL.name: SAVED_MODEL}
+
+
+def push(request: PushRequest, export_format: ExportFormat = SAVED_MODEL) -> dict[str, Any]:
     """Exports, verifies and moves the model into `<export_base>/<model_name>/<version>/`.
 
     Returns:
@@ -282,6 +316,7 @@ def push(request: PushRequest) -> dict[str, Any]:
         "export_base": request.export_base,
         "model_sha256": request.model_sha256,
         "signatures": signature_names(),
+        "format": export_format.name,
     }
     marker = read_marker(final) if tf.io.gfile.exists(final) else None
     if marker is not None:
@@ -303,23 +338,20 @@ def push(request: PushRequest) -> dict[str, Any]:
     staged = layout.join(staging_base, str(request.version))
     try:
         started = time.perf_counter()
-        export(request.model, request.image_shape, request.class_names, staged)
+        export_format.export(request, staged)
         export_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        verification = verify(request, staged)
         try:
-            verification["model_server"] = model_server.check(
-                staging_base,
-                request,
-                decode_examples(request.serialized_examples, request.image_shape),
-            )
-        except model_server.ModelServerError as e:
+            verification = export_format.verify(request, staged)
+        except ExportError:
+            raise
+        except ValueError as e:
             raise ExportError(f"{e}; the export is not pushed") from e
         verify_seconds = time.perf_counter() - started
         marker_path = layout.join(staged, PUSH_MARKER)
         tf.io.gfile.makedirs(marker_path.rsplit("/", 1)[0])
         atomic.write_json_atomic(marker_path, _marker(request))
-        _move_into_place(staged, final)
+        _move_into_place(staged, final, export_format.last_files)
     finally:
         _remove(staging_base)
     logger.info(

@@ -17,7 +17,7 @@ the highest version, serves the newest.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -127,3 +127,33 @@ def keras_predictions(model: tf_keras.Model, images: Any) -> np.ndarray:
     results otherwise: up to about 0.006 in a probability on an AMX CPU.
     """
     return np.asarray(model.predict(images, batch_size=max(1, len(images)), verbose=0), np.float32)
+
+
+class ExportFormat(Protocol):
+    """How a push writes one version of the served model, and checks it before it is served.
+
+    evaluate.serving's push stages the version in a folder TF Serving ignores, calls `export`
+    and `verify` on it, writes the push marker and only then moves it into place. A format is
+    registered by name in `evaluate.serving.FORMATS` and chosen with `[Evaluate] export_format`.
+
+    Attributes:
+        name: the format's name, as `export_format` gives it.
+        last_files: on an object store, where a version folder cannot appear at once, the
+            files copied last (after them only the push marker): what makes it loadable.
+    """
+
+    name: str
+    last_files: tuple[str, ...]
+
+    def export(self, request: PushRequest, version_dir: str) -> None:
+        """Writes the request's model into `version_dir`."""
+        ...
+
+    def verify(self, request: PushRequest, version_dir: str) -> dict[str, Any]:
+        """Checks what `export` wrote against the Keras model; the findings, for push.json.
+
+        Raises:
+            ValueError: the export does not predict what the model predicts (then it is not
+                pushed).
+        """
+        ...

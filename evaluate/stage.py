@@ -219,7 +219,8 @@ def _push(
             class_names=list(doc["class_names"]),
             serialized_examples=_verification_examples(config, doc),
             sequence=sequence,
-        )
+        ),
+        serving.FORMATS[config.export_format],
     )
 
 

@@ -320,3 +320,38 @@ def test_a_mixed_bfloat16_model_is_pushed_and_serves_what_keras_predicts(make_co
         atol=1e-5,
         rtol=0,
     )
+
+
+class _KerasFileFormat:
+    """A second export format, as a user would add one: the Keras file itself."""
+
+    name = "keras_file"
+    last_files = ("model.keras",)
+
+    def export(self, request, version_dir):
+        os.makedirs(version_dir)
+        request.model.save(os.path.join(version_dir, "model.keras"))
+
+    def verify(self, request, version_dir):
+        loaded = tf_keras.models.load_model(os.path.join(version_dir, "model.keras"))
+        images = serving.decode_examples(request.serialized_examples, request.image_shape)
+        expected = serving.keras_predictions(request.model, images.astype("float32"))
+        got = serving.keras_predictions(loaded, images.astype("float32"))
+        if not np.allclose(got, expected, atol=1e-6):
+            raise ValueError("the reloaded Keras file predicts otherwise")
+        return {"examples": len(images)}
+
+
+def test_another_export_format_pushes_through_the_same_push(make_config, tmp_path):
+    from evaluate.config import EXPORT_FORMATS
+
+    assert tuple(serving.FORMATS) == EXPORT_FORMATS  # the config's choices are the registry's
+    serialized, _, _ = _eval_records(make_config())
+    model = tf_keras.models.load_model(make_config().model_path)
+    request = _request(model, tmp_path, serialized[:32], [28, 28, 1])
+    push = serving.push(request, _KerasFileFormat())
+    version_dir = os.path.join(push["path"])
+    assert push["format"] == "keras_file" and push["status"] == "pushed"
+    assert sorted(os.listdir(version_dir)) == ["assets.extra", "model.keras"]
+    assert serving.read_marker(version_dir)["model_sha256"] == request.model_sha256
+    assert serving.push(request, _KerasFileFormat())["status"] == "already pushed"
