@@ -253,10 +253,13 @@ def _take_back(config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any
     when there is none. The caller holds the pointer's lock.
 
     Returns:
-        What was done, in one sentence, or None when the pointer names another model.
+        What was done, in one sentence, or None when the pointer names another night's model.
     """
     current = pointer.read(config.output_root)
-    if verdict["blessed"] or current is None or current.get("model_sha256") != model_sha256:
+    if verdict["blessed"] or current is None:
+        return None
+    # This date's own model: another night's file with the same bytes is not taken back.
+    if current.get("date") != config.date or current.get("model_sha256") != model_sha256:
         return None
     previous = history.last_blessed_before(config.output_root, config.date)
     if previous is None:

@@ -216,3 +216,18 @@ def test_a_retrained_date_blessed_again_gets_a_new_version_and_the_old_one_leave
     assert served.served_versions(str(root / "serving"), "nightly") == [2026013000, 2026013101]
     assert [name.split("-")[0] for name in _quarantined(root)] == ["2026013100"]
     assert _problems(root) == []
+
+
+def test_a_rejected_backfill_with_the_same_bytes_leaves_the_pointer_on_the_newer_night(
+    trained_template, tmp_path
+):
+    # Two nights whose model files are byte for byte the same: rejecting the older night's
+    # is no reason to take the pointer off the newer one.
+    template, _ = trained_template
+    root = tmp_path / "runs"
+    for date in (EARLIER, DATE):
+        shutil.copytree(template / DATE, root / date)
+    run(_config(root, DATE))
+    run(_config(root, EARLIER, min_accuracy=0.999))
+    assert pointer.read(str(root))["date"] == DATE
+    assert _problems(root) == []
