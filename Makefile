@@ -16,7 +16,8 @@ FAST_TESTS := not e2e and not docker and not slow
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup dataset run test test-fast lint typecheck bench docs clean clean-runs nightly-demo
+.PHONY: setup dataset run test test-fast lint typecheck bench docs clean clean-runs nightly-demo \
+	simulate
 
 setup: $(STAMP)
 
@@ -56,6 +57,18 @@ nightly-demo: setup dataset
 	$(BIN)/python -m tools.nightly_demo --root $(DEMO_ROOT) --days $(DAYS) \
 		$(if $(EPOCHS),--epochs $(EPOCHS)) $(if $(MODEL),--model $(MODEL)) \
 		$(if $(PER_DAY),--per-day $(PER_DAY)) $(DEMO_ARGS)
+
+# A year of nights, simulated: consecutive nights on small daily drops with faults injected
+# (killed stages, bad drops, a worse model, a missed night, a rollback, a full disk), every night
+# checked (pipeline/simulate.py; docs/operations.md). NIGHTS=60 took 45 minutes on a shared
+# 2-core VM; as root the output root is a tmpfs. SIM_ROOT is replaced when it holds an earlier
+# simulation; e.g. `make simulate NIGHTS=7 SIM_ARGS=--faults=2:kill-train`.
+NIGHTS ?= 60
+SIM_ROOT ?= runs-simulation
+SIM_ARGS ?=
+
+simulate: setup dataset
+	$(BIN)/python -m pipeline.simulate --nights $(NIGHTS) --root $(SIM_ROOT) $(SIM_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -227,12 +227,29 @@ def _models(
         if keep
     ]
     for night in newest_first:
-        start = datetime.datetime.combine(dates.parse(night.date), datetime.time(), datetime.UTC)
-        if night.blessed is False and _older_than(start, days, now):
+        if night.blessed is False and _older_than(_verdict_time(root, night.date), days, now):
             found.append(
                 Removal(NOT_BLESSED_MODEL, model(night), f"not blessed, over {days} days old")
             )
     return found
+
+
+def _verdict_time(root: str, date: str) -> datetime.datetime:
+    """When a night's verdict was made (blessing.json's `decided_utc`), so that a night judged
+    again today (a backfill, a forced re-evaluation) keeps its model its full days; the start
+    of its date when the verdict does not say."""
+    path = layout.join(layout.evaluate_dir(root, date), layout.BLESSING_FILE)
+    unreadable: tuple[type[BaseException], ...] = (
+        *gfile.file_errors(),
+        ValueError,
+        TypeError,
+        AttributeError,
+    )
+    try:
+        decided = atomic.read_json(path).get("decided_utc")
+        return datetime.datetime.fromisoformat(str(decided)).astimezone(datetime.UTC)
+    except unreadable:
+        return datetime.datetime.combine(dates.parse(date), datetime.time(), datetime.UTC)
 
 
 def _quarantined_at(path: str, stamp: str) -> datetime.datetime | None:

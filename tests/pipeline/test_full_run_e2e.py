@@ -243,12 +243,15 @@ def test_forcing_evaluate_reruns_only_evaluate_and_latest_moves_only_on_blessing
     blessing = json.loads((run / "evaluate" / "blessing.json").read_text())
     assert not blessing["blessed"]
     assert any("below min_accuracy 0.9990" in reason for reason in blessing["reasons"])
-    # Not blessed: latest still names the first model; its metrics followed them aside.
-    pointer = json.loads(pointer_path.read_text())
-    metrics_path = pointer.pop("metrics_path")
-    assert runner.root / metrics_path == superseded / "evaluate" / "metrics.json"
-    pointer_before.pop("metrics_path")
-    assert pointer == pointer_before
+    # Not blessed now: the pointer and the served version leave the model this verdict
+    # rejects, back to the last blessed night before it; with none, latest.json goes and the
+    # version waits in quarantine.
+    assert pointer_before["date"] == DATE and not pointer_path.exists()
+    assert any("no earlier blessed night is left" in reason for reason in blessing["reasons"])
+    served = runner.root / "serving" / "nightly"
+    assert not [name for name in os.listdir(served) if name.isdigit()]
+    (moved,) = os.listdir(runner.root / "serving" / "nightly.quarantine")
+    assert moved.startswith(f"{pointer_before['version']}-")
 
 
 def test_failing_train_exits_non_zero_then_train_alone_reruns(runner, first_run):

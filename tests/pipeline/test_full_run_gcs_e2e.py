@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -175,10 +176,13 @@ def test_forcing_evaluate_on_gs_moves_it_aside_on_the_store(runner, bucket, firs
     assert {f"{old}/{name}" for name in EVALUATE_FILES} <= set(after)
     assert read_json(bucket, f"runs/{DATE}/{old}/blessing.json")["blessed"]
     assert not read_json(bucket, f"runs/{DATE}/evaluate/blessing.json")["blessed"]
-    # Not blessed: latest keeps the first model; its metrics followed them aside.
-    pointer = read_json(bucket, "runs/latest.json")
-    assert pointer["model_path"] == f"{DATE}/train/model.keras"
-    assert pointer["metrics_path"] == f"{DATE}/{old}/metrics.json"
+    # Not blessed now: with no earlier blessed night, latest.json goes and the served version
+    # waits in quarantine, on the store as on a local disk.
+    assert not bucket.blob("runs/latest.json").exists()
+    names = [blob.name for blob in bucket.list_blobs(prefix="runs/serving/")]
+    assert any(name.startswith("runs/serving/nightly.quarantine/") for name in names)
+    # (TensorFlow leaves a folder's own placeholder object; no version's files.)
+    assert not [name for name in names if re.match(r"runs/serving/nightly/[0-9]+/.", name)]
 
 
 def test_killed_worker_resumes_from_its_backup_on_gs(bucket, first_run):

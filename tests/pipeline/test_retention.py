@@ -454,3 +454,26 @@ def test_the_served_folders_names_agree_with_the_evaluate_stages():
     assert serving.PUSH_MARKER.split("/")[0] in retention_plan.SAVED_MODEL_FIRST
     stamp = served._utc_stamp()
     assert datetime.datetime.strptime(stamp, retention_plan.QUARANTINE_STAMP_FORMAT)
+
+
+def test_a_night_judged_again_today_keeps_its_rejected_model_its_full_days(tmp_path):
+    # The verdict's own time, not the night's date, starts a not-blessed model's clock: a
+    # forced re-evaluation of an old night does not lose the model it just judged.
+    import datetime as dt
+
+    from contract import atomic, layout
+    from pipeline import retention_plan
+
+    root = str(tmp_path / "runs")
+    model = tmp_path / "runs" / "2026-01-31" / "train" / layout.MODEL_FILE
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"m")
+    verdict = tmp_path / "runs" / "2026-01-31" / "evaluate" / layout.BLESSING_FILE
+    verdict.parent.mkdir(parents=True)
+    now = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
+    atomic.write_json_atomic(str(verdict), {"blessed": False, "decided_utc": now.isoformat()})
+    assert retention_plan._verdict_time(root, "2026-01-31") == now
+    atomic.write_json_atomic(str(verdict), {"blessed": False})
+    assert retention_plan._verdict_time(root, "2026-01-31") == dt.datetime(
+        2026, 1, 31, tzinfo=dt.UTC
+    )

@@ -1,0 +1,1 @@
+"""Simulated nights of the pipeline with faults injected: `python -m pipeline.simulate`."""
