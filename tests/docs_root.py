@@ -2,7 +2,8 @@
 
 Each night has a model file, its evaluation (metrics with the model's sha256, a blessed
 verdict, a push), a served version whose marker names the same model, and the pointer names
-the last night, and the run ledger has each night's record; nothing is trained, so it is made in milliseconds.
+the last night, and the run ledger has each night's record; nothing is trained, so it is made
+in milliseconds.
 """
 
 from __future__ import annotations
