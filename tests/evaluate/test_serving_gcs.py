@@ -66,9 +66,7 @@ def _objects(bucket, prefix: str) -> dict[str, int]:
 
 
 def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path):
-    upload = (
-        "import sys; from contract import gfile; gfile.upload_folder(sys.argv[1], sys.argv[2])"
-    )
+    upload = "import sys; from contract import gfile; gfile.upload_folder(sys.argv[1], sys.argv[2])"
     result = _python(gcs_env, "-c", upload, str(run_root / DATE), f"{ROOT}/{DATE}")
     assert result.returncode == 0, result.stderr[-3000:]
     evaluate = ["-m", "evaluate", "--output-root", ROOT, "--date", DATE, "--min-accuracy", "0.1"]
