@@ -53,6 +53,10 @@ class Window:
         return {split: [path for path, _ in files] for split, files in self.files.items()}
 
 
+# The longest window: ten years of days. Longer is a typo, and reaches before the calendar.
+MAX_WINDOW_DAYS = 3653
+
+
 def window_days(cfg: PreprocessConfig) -> int:
     """The window's length: `cfg.window_days`, or one day (the run's own) when unset."""
     return DEFAULT_WINDOW_DAYS if cfg.window_days is None else cfg.window_days
@@ -68,6 +72,11 @@ def check_config(cfg: PreprocessConfig, adapter: str) -> None:
     if cfg.window_days is not None and cfg.window_days < 1:
         raise BadInputError(
             f"window_days must be at least 1 (the run's own day), got {cfg.window_days}"
+        )
+    if cfg.window_days is not None and cfg.window_days > MAX_WINDOW_DAYS:
+        raise BadInputError(
+            f"window_days must be at most {MAX_WINDOW_DAYS} (ten years of daily drops), got "
+            f"{cfg.window_days}"
         )
     if cfg.window_days is not None and adapter != ADAPTER:
         raise BadInputError(

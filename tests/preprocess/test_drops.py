@@ -182,6 +182,11 @@ def test_a_window_of_zero_days_is_refused(drop_folder, tmp_path, capsys):
     assert err == "error: window_days must be at least 1 (the run's own day), got 0"
 
 
+def test_a_window_of_a_million_days_is_one_line(drop_folder, tmp_path, capsys):
+    err = run_cli(config(tmp_path, dataset(drop_folder)), capsys, "--window_days=1000000")
+    assert err == "error: window_days must be at most 3653 (ten years of daily drops), got 1000000"
+
+
 @pytest.fixture
 def one_bad_day(drop_folder, tmp_path) -> pathlib.Path:
     """A copy of the drops whose 2026-01-03 folder the test fills."""
