@@ -24,7 +24,7 @@ import logging
 import string
 from typing import Any
 
-from contract import atomic, dates, gfile, layout, manifest, pointer
+from contract import atomic, dates, gfile, layout, ledger, manifest, pointer
 from evaluate import plots, report, report_page
 
 logger = logging.getLogger(__name__)
@@ -243,6 +243,71 @@ def read_nights(output_root: str) -> list[Night]:
     return nights
 
 
+@dataclasses.dataclass(frozen=True)
+class Unfinished:
+    """A night with no evaluation, as the run ledger tells it: failed, refused, or missing.
+
+    Attributes:
+        date: the night.
+        outcome: the last attempt's outcome (`failed`, `refused`, ...) or `missing` (no attempt
+            recorded, between nights that have one).
+        reason: the failing stage and its one-line reason, or why the night is missing.
+    """
+
+    date: str
+    outcome: str
+    reason: str
+
+
+# Attempts that say nothing of a night's own run.
+_NOT_A_NIGHT = ("rollback", "gc")
+
+
+def read_unfinished(output_root: str, evaluated: set[str]) -> list[Unfinished]:
+    """The nights the run ledger knows of that have no evaluation, and the gaps between them.
+
+    Without a ledger (a root written before it existed) there are none.
+    """
+    records = [
+        r
+        for r in ledger.read(output_root)
+        if r.get("entry_point") not in _NOT_A_NIGHT and dates.is_run_date(r.get("date"))
+    ]
+    if not records:
+        return []
+    by_date: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_date.setdefault(str(record["date"]), []).append(record)
+    known = sorted(set(by_date) | evaluated, key=dates.parse)
+    first, last = dates.parse(known[0]), dates.parse(known[-1])
+    found = []
+    for offset in range((last - first).days + 1):
+        date = (first + datetime.timedelta(days=offset)).isoformat()
+        if date in evaluated:
+            continue
+        attempts = by_date.get(date)
+        if not attempts:
+            found.append(Unfinished(date, "missing", "no run of this night was recorded"))
+            continue
+        attempt = max(attempts, key=lambda r: str(r.get("ended_utc") or r.get("started_utc")))
+        stage = f"{attempt['stage']}: " if attempt.get("stage") else ""
+        found.append(
+            Unfinished(date, str(attempt.get("outcome")), f"{stage}{attempt.get('reason') or ''}")
+        )
+    return found
+
+
+def _unfinished_row(night: Unfinished) -> str:
+    cells = [
+        f"<td>{html.escape(night.date)}</td>",
+        '<td class="number">–</td>' * 3,
+        f'<td><span class="not-blessed">{html.escape(night.outcome)}</span></td>',
+        f"<td><ul><li>{html.escape(night.reason)}</li></ul></td>",
+        '<td class="number">–</td>' * 9,
+    ]
+    return f'<tr id="night-{html.escape(night.date)}">{"".join(cells)}</tr>'
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -305,8 +370,12 @@ def _row(night: Night) -> str:
     return f'<tr id="night-{html.escape(night.date)}">{"".join(cells)}</tr>'
 
 
-def render(nights: list[Night], updated: datetime.datetime) -> str:
-    """Renders the trend page for `nights` (oldest first); every text is HTML-escaped."""
+def render(
+    nights: list[Night], updated: datetime.datetime, unfinished: list[Unfinished] | None = None
+) -> str:
+    """Renders the trend page for `nights` (oldest first) and the `unfinished` ones from the
+    run ledger, each in its date's row; every text is HTML-escaped."""
+    unfinished = unfinished or []
     if nights:
         blessed = [n.date for n in nights if n.blessed]
         summary = (
@@ -315,10 +384,13 @@ def render(nights: list[Night], updated: datetime.datetime) -> str:
         )
     else:
         summary = "No evaluated nights yet."
+    if unfinished:
+        summary += f" {len(unfinished)} not evaluated (failed, refused or missing)."
+    rows = [(n.date, _row(n)) for n in nights] + [(u.date, _unfinished_row(u)) for u in unfinished]
     return _PAGE.substitute(
         summary=html.escape(summary),
         trend_png=TREND_PNG,
-        rows="\n".join(_row(n) for n in nights),
+        rows="\n".join(row for _, row in sorted(rows, key=lambda r: dates.parse(r[0]))),
         updated=html.escape(updated.strftime("%Y-%m-%d %H:%M:%S")),
     )
 
@@ -337,7 +409,8 @@ def write_page(output_root: str) -> list[Night]:
         layout.join(output_root, TREND_PNG),
         intervals=[n.interval for n in nights],
     )
-    page = render(nights, datetime.datetime.now(datetime.UTC))
+    unfinished = read_unfinished(output_root, {n.date for n in nights})
+    page = render(nights, datetime.datetime.now(datetime.UTC), unfinished)
     atomic.write_bytes_atomic(layout.join(output_root, INDEX_FILE), page.encode())
     return nights
 

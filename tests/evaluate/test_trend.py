@@ -256,3 +256,31 @@ def test_each_night_shows_where_training_started_and_its_data_size(tmp_path):
         "2026-01-02": ["2026-01-01", "2 of 3", "2,700"],
         "2026-01-03": ["–", "–", "–"],
     }
+
+
+def test_failed_refused_and_missing_nights_from_the_ledger_are_rows(tmp_path):
+    from contract import ledger
+
+    write_night(tmp_path, "2026-01-01", accuracy=0.9)
+    write_night(tmp_path, "2026-01-05", accuracy=0.91)
+    for date, outcome, stage, reason in (
+        ("2026-01-01", "blessed", None, None),
+        ("2026-01-02", "failed", "train", "worker 1 rejected its input"),
+        ("2026-01-04", "refused", None, "another run holds the date"),
+        ("2026-01-05", "blessed", None, None),
+    ):
+        when = f"{date}T03:00:00+00:00"
+        record = {"date": date, "entry_point": "FullRun", "outcome": outcome, "stage": stage}
+        ledger.append(str(tmp_path), record | {"reason": reason, "started_utc": when})
+    trend.update_page(str(tmp_path))
+    text = page(tmp_path)
+    dates_shown = re.findall(r'<tr id="night-([0-9-]+)"', text)
+    assert dates_shown == ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"]
+    cells = {d: _cells(text, d) for d in dates_shown}
+    assert (
+        cells["2026-01-02"][4] == "failed" and "train: worker 1 rejected" in cells["2026-01-02"][5]
+    )
+    assert cells["2026-01-03"][4] == "missing"
+    assert cells["2026-01-04"][4] == "refused"
+    assert all(len(row) == len(cells["2026-01-01"]) for row in cells.values())
+    assert "3 not evaluated (failed, refused or missing)" in text
