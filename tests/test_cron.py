@@ -1,4 +1,4 @@
-"""cron/nightly.crontab is installed beside a user's crontab, and installing again changes nothing."""
+"""cron/nightly.crontab goes beside a user's crontab, and installing it again changes nothing."""
 
 from __future__ import annotations
 
