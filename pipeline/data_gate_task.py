@@ -11,7 +11,8 @@ import sys
 
 import luigi
 
-from contract import atomic
+from contract import atomic, lineage
+from contract.settings import SettingsError
 from pipeline.preprocess_task import Preprocess
 from pipeline.stage_task import StageSpec, StageTask, stage_task
 from preprocess.gate_config import DataGateConfig
@@ -33,6 +34,14 @@ class DataGate(StageTask):
     too (same name, type, description and default); luigi.cfg's [DataGate] gives the values
     that differ.
     """
+
+    reset_schema: bool  # a parameter from DataGateConfig, named here for the type checker
+
+    def check_own_parameters(self) -> None:
+        # One output root, one lineage: a night of another dataset is refused before any work.
+        problem = None if self.reset_schema else lineage.mismatch(self.output_root, self.dataset)
+        if problem is not None:
+            raise SettingsError(problem)
 
     def requires(self) -> luigi.Task:
         return Preprocess(**self.shared_params())

@@ -34,7 +34,7 @@ from typing import Any
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from contract import atomic, dates, gfile, layout, manifest, run_lock, settings, storage
+from contract import atomic, dates, gfile, layout, lineage, manifest, run_lock, settings, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from preprocess import gate_checks, statistics
 from preprocess.errors import BadInputError, PreprocessError
@@ -223,6 +223,8 @@ def run_gate(config: DataGateConfig) -> dict[str, Any]:
         gfile.makedirs(layout.join(output_root, manifest.SCHEMA_DIR))
         atomic.write_bytes_atomic(kept, text)
         log.info("inferred the schema %s from the data of %s", kept, date)
+        reason = "reset_schema" if config.reset_schema else "first night"
+        lineage.record(output_root, manifest.read_manifest(data_dir), date, reason)
     verdict = {
         "date": date,
         "status": "accepted" if found else "passed",
