@@ -104,11 +104,16 @@ def write_drifted_drop(folder: pathlib.Path) -> None:
 
 def test_a_drifted_drop_stops_before_train_and_the_override_lets_it_through(drop_folder, tmp_path):
     root = tmp_path / "runs"
-    first = luigi(root, drop_folder, "2026-01-02", task="DataGate")
+    # The same dataset (one folder of drops) whose next day's drop drifted: another folder
+    # would be another dataset, which the root's lineage refuses before the gate looks.
+    drifted = tmp_path / "drops"
+    drifted.mkdir()
+    for name in os.listdir(drop_folder):
+        if name != "2026-01-03":
+            (drifted / name).symlink_to(drop_folder / name)
+    first = luigi(root, drifted, "2026-01-02", task="DataGate")
     assert first.returncode == 0, first.stderr[-3000:]
-    write_drifted_drop(drop_folder.parent / "drifted" / "2026-01-03")
-    drifted = drop_folder.parent / "drifted"
-    (drifted / "test").symlink_to(drop_folder / "test")
+    write_drifted_drop(drifted / "2026-01-03")
 
     stopped = luigi(root, drifted, "2026-01-03", "--Preprocess-window-days=1")
     assert stopped.returncode == RETCODE_TASK_FAILED
