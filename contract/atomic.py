@@ -100,6 +100,16 @@ def read_json(path: str) -> Any:
         return json.loads(f.read())
 
 
+def read_json_object(path: str) -> dict[str, Any]:
+    """A JSON object file, or {} when it is missing, unreadable or not an object."""
+    errors: tuple[type[BaseException], ...] = (*gfile.file_errors(), ValueError)
+    try:
+        document = read_json(path)
+    except errors:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
 def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:
     """The hex sha256 of a file, read in chunks."""
     digest = hashlib.sha256()

@@ -32,6 +32,12 @@ QUARANTINE_SUFFIX = ".quarantine"
 QUARANTINE_NOTE_FILE = "quarantined.json"
 
 
+def date_of_version(version: int) -> str:
+    """The run date a served version was pushed for: 2026013101 -> `2026-01-31`."""
+    day = str(version // 100)  # YYYYMMDDNN: the date's NN-th push
+    return f"{day[:4]}-{day[4:6]}-{day[6:8]}"
+
+
 def join(*parts: str) -> str:
     """Joins path parts with '/', which local paths, gs:// and every Beam filesystem accept."""
     return posixpath.join(*parts)

@@ -50,12 +50,6 @@ def version_for_date(date: str, sequence: int = 0) -> int:
     return int(date.replace("-", "")) * 100 + sequence
 
 
-def date_of_version(version: int) -> str:
-    """The run date a version was pushed for: 2026013101 -> `2026-01-31`."""
-    day = str(version // 100)
-    return f"{day[:4]}-{day[4:6]}-{day[6:8]}"
-
-
 @dataclasses.dataclass(frozen=True)
 class PushRequest:
     """What to push and where.

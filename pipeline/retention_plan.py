@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Any
 
 from contract import atomic, dates, gfile, history, layout, manifest, pointer, run_lock, storage
 from pipeline.retention_config import Settings
@@ -91,7 +90,7 @@ class Protected:
         if removal.kind not in VERSION_KINDS:
             return False
         version = int(os.path.basename(mine).partition("-")[0])
-        return version in self.versions or _version_date(version) in self.version_dates
+        return version in self.versions or layout.date_of_version(version) in self.version_dates
 
 
 def _comparable(path: str) -> str:
@@ -103,21 +102,6 @@ def _names(folder: str) -> frozenset[str]:
     if not gfile.isdir(folder):
         return frozenset()
     return frozenset(name.rstrip("/") for name in gfile.listdir(folder))
-
-
-def _version_date(version: int) -> str:
-    day = str(version // 100)  # YYYYMMDDNN: the date's NN-th push
-    return f"{day[:4]}-{day[4:6]}-{day[6:8]}"
-
-
-def _read(path: str) -> dict[str, Any]:
-    """A JSON object file, or {} when it is missing or unreadable."""
-    errors: tuple[type[BaseException], ...] = (*gfile.file_errors(), ValueError)
-    try:
-        document = atomic.read_json(path)
-    except errors:
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def _stamp(text: str, form: str) -> datetime.datetime | None:
@@ -143,7 +127,9 @@ def read_night(output_root: str, date: str) -> Night:
     train = _names(layout.train_dir(output_root, date)) if "train" in entries else frozenset()
     blessed = None
     if settled and layout.MODEL_FILE in train:
-        found = _read(layout.join(evaluate_dir, layout.BLESSING_FILE)).get("blessed")
+        found = atomic.read_json_object(layout.join(evaluate_dir, layout.BLESSING_FILE)).get(
+            "blessed"
+        )
         blessed = found if isinstance(found, bool) else None
     return Night(date, settled, blessed, entries, train)
 
@@ -166,7 +152,9 @@ def protected(output_root: str, nights: list[Night]) -> Protected:
     version = current.get("version")
     if current and not isinstance(version, int) and isinstance(metrics, str) and metrics:
         evaluate_dir = os.path.dirname(pointer.resolve(output_root, metrics))
-        version = _read(layout.join(evaluate_dir, layout.PUSH_FILE)).get("version")
+        version = atomic.read_json_object(layout.join(evaluate_dir, layout.PUSH_FILE)).get(
+            "version"
+        )
     version_dates = {night.date for night in nights if not night.settled}
     if current and not isinstance(version, int):
         version_dates.add(str(current.get("date")))  # every push of its date, to be safe
@@ -256,7 +244,11 @@ def _quarantined_at(path: str, stamp: str) -> datetime.datetime | None:
     """When a version was quarantined: its note's time, else its folder name's."""
     try:
         when = datetime.datetime.fromisoformat(
-            str(_read(layout.join(path, layout.QUARANTINE_NOTE_FILE))["quarantined_utc"])
+            str(
+                atomic.read_json_object(layout.join(path, layout.QUARANTINE_NOTE_FILE))[
+                    "quarantined_utc"
+                ]
+            )
         )
     except (KeyError, ValueError):
         return _stamp(stamp, QUARANTINE_STAMP_FORMAT)

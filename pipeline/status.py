@@ -19,7 +19,7 @@ from typing import Any
 
 import luigi.configuration
 
-from contract import atomic, dates, gfile, layout, ledger
+from contract import atomic, dates, gfile, history, layout, ledger
 from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
 from pipeline import night_alerts, notify
 from pipeline.terminal import format_duration
@@ -41,21 +41,13 @@ def default_output_root() -> str:
     return str(luigi.configuration.get_config().get("Preprocess", "output_root", "runs"))
 
 
-def run_dates(output_root: str) -> list[str]:
-    """The dated run folders under the output root."""
-    if not gfile.isdir(output_root):
-        return []
-    names = (name.rstrip("/") for name in gfile.listdir(output_root))
-    return sorted(name for name in names if dates.is_run_date(name))
-
-
 def check_output_root(output_root: str) -> None:
     """Refuses a folder that is not an output root.
 
     Raises:
         NotAnOutputRoot: naming the folder and what to pass instead.
     """
-    if ledger.has_ledger(output_root) or run_dates(output_root):
+    if ledger.has_ledger(output_root) or history.run_dates(output_root):
         return
     if gfile.exists(layout.join(output_root, layout.LATEST_POINTER_FILE)):
         return
@@ -64,15 +56,6 @@ def check_output_root(output_root: str) -> None:
         f"{layout.LATEST_POINTER_FILE} and no dated run folder; pass --output-root with the "
         "folder luigi.cfg's [Preprocess] output_root names"
     )
-
-
-def _read_optional(path: str) -> dict[str, Any]:
-    errors: tuple[type[BaseException], ...] = (*gfile.file_errors(), ValueError)
-    try:
-        document = atomic.read_json(path)
-    except errors:
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def last_attempt(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -87,9 +70,9 @@ def night(output_root: str, date: str, records: list[dict[str, Any]]) -> dict[st
     """One night's row: its last attempt and what its folder holds."""
     attempt = last_attempt(records)
     evaluate_dir = layout.evaluate_dir(output_root, date)
-    metrics = _read_optional(layout.join(evaluate_dir, layout.METRICS_FILE))
-    blessing = _read_optional(layout.join(evaluate_dir, layout.BLESSING_FILE))
-    push = _read_optional(layout.join(evaluate_dir, layout.PUSH_FILE))
+    metrics = atomic.read_json_object(layout.join(evaluate_dir, layout.METRICS_FILE))
+    blessing = atomic.read_json_object(layout.join(evaluate_dir, layout.BLESSING_FILE))
+    push = atomic.read_json_object(layout.join(evaluate_dir, layout.PUSH_FILE))
     comparison = blessing.get("comparison") or {}
     interval = None
     if isinstance(comparison, dict) and {"lower", "upper"} <= comparison.keys():
