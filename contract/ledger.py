@@ -6,6 +6,12 @@ appending at once never interleave lines and a record that was written survives 
 An object store cannot append: on gs:// each record is its own object,
 `<output_root>/ledger/<start>-<pid>-<hex>.json`. `read` merges both forms and orders the records
 by start time.
+
+An attempt is filed twice: a short start record (`"phase": "started"`) as it begins, and its
+record as it ends, both carrying its `attempt_id`. `read` gives one record per attempt: the end
+record when there is one; else, for an attempt that is no longer running (killed, crashed, its
+machine gone), its start record as a `failed` record that says it ended without one. On a store
+the start object is removed once the end record is written.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +41,17 @@ REFUSED = "refused"
 SKIPPED_COMPLETE = "skipped-complete"
 SUCCEEDED = "succeeded"
 OUTCOMES = (BLESSED, NOT_BLESSED, FAILED, REFUSED, SKIPPED_COMPLETE, SUCCEEDED)
+# An attempt that has begun and is still running: only `read(..., running=True)` gives it.
+RUNNING = "running"
+
+# A start record's `phase`; an end record has none.
+STARTED = "started"
+# The reason of an attempt that began and is gone without its end record.
+ENDED_WITHOUT_RECORD = "the attempt ended without a record (killed or crashed)"
+# An attempt begun on another machine cannot be looked up: it counts as running this long.
+OTHER_HOST_RUNNING_HOURS = 24
+# A process started this long after an attempt's start record is another, under a reused pid.
+PID_REUSE_SLACK_SECONDS = 2.0
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +67,27 @@ def record_object_name(started_utc: str, pid: int) -> str:
     return f"{start:%Y%m%dT%H%M%S%fZ}-{pid}-{uuid.uuid4().hex[:12]}.json"
 
 
-def append(output_root: str, record: Mapping[str, Any]) -> str:
+def begin(output_root: str, record: Mapping[str, Any]) -> str:
+    """Files an attempt's start record: `record` (its `attempt_id`, `date`, `entry_point`,
+    `started_utc`, `host`, `pid`, `command`) marked `"phase": "started"`.
+
+    Returns:
+        The file or object written; pass it to `append` as `replaces` with the end record.
+
+    Raises:
+        OSError, tf.errors.OpError: the record could not be written.
+    """
+    return append(output_root, {**record, "phase": STARTED})
+
+
+def append(output_root: str, record: Mapping[str, Any], replaces: str | None = None) -> str:
     """Adds `record` (stamped with the schema version) to the ledger, durably.
 
     Args:
         output_root: the output root, a local folder or a gs:// URL.
         record: the attempt's fields; `started_utc` (ISO 8601) names a store's object.
+        replaces: the attempt's start object on a store (what `begin` returned), removed once
+            `record` is written; a line of the local file stays, and `read` merges it.
 
     Returns:
         The file or object written.
@@ -71,6 +104,11 @@ def append(output_root: str, record: Mapping[str, Any]) -> str:
         gfile.makedirs(folder)
         with gfile.GFile(path, "wb") as f:  # an object appears whole once its upload ends
             f.write(data)
+        if replaces is not None and replaces != path:
+            try:
+                gfile.remove(replaces)
+            except gfile.file_errors() as e:  # `read` merges the two anyway
+                logger.warning("could not remove the start record %s: %s", replaces, e)
         return path
     path = ledger_path(output_root)
     created = not os.path.exists(path)
@@ -94,8 +132,13 @@ def append(output_root: str, record: Mapping[str, Any]) -> str:
     return path
 
 
-def read(output_root: str) -> list[dict[str, Any]]:
-    """Every record of the ledger, both forms merged, in order of start time.
+def read(output_root: str, running: bool = False) -> list[dict[str, Any]]:
+    """One record per attempt, both forms merged (`merged`), in order of start time.
+
+    Args:
+        output_root: the output root, a local folder or a gs:// URL.
+        running: also give the attempts still running, as records whose outcome is RUNNING
+            (by default an attempt counts once it has ended).
 
     A line or object that is not a JSON record (a write cut short by a crash) is skipped with a
     warning.
@@ -123,7 +166,93 @@ def read(output_root: str) -> list[dict[str, Any]]:
             logger.warning("skipped an unreadable ledger record in %s: %.80s", source, text)
             continue
         records.append(record)
-    return sorted(records, key=lambda record: record["started_utc"])
+    return sorted(merged(records, running), key=lambda record: record["started_utc"])
+
+
+def merged(records: list[dict[str, Any]], running: bool = False) -> list[dict[str, Any]]:
+    """One record per attempt: end records as they are, and each start record without an end
+    record as the attempt stands (`ended_without_record`; `running` ones only when asked)."""
+    ended = {r["attempt_id"] for r in records if r.get("phase") != STARTED and "attempt_id" in r}
+    found = []
+    for record in records:
+        if record.get("phase") != STARTED:
+            found.append(record)
+        elif record.get("attempt_id") not in ended:
+            if not still_running(record):
+                found.append(ended_without_record(record))
+            elif running:
+                found.append(_unended(record, RUNNING, None))
+    return found
+
+
+def ended_without_record(start: Mapping[str, Any]) -> dict[str, Any]:
+    """The record of an attempt that began (`start`, its start record) and is gone without
+    writing its end: failed, in its entry point, with ENDED_WITHOUT_RECORD as the reason."""
+    return _unended(start, FAILED, ENDED_WITHOUT_RECORD) | {"ended_without_record": True}
+
+
+def _unended(start: Mapping[str, Any], outcome: str, reason: str | None) -> dict[str, Any]:
+    record = {key: value for key, value in start.items() if key != "phase"}
+    return record | {
+        "ended_utc": None,
+        "wall_seconds": None,
+        "outcome": outcome,
+        "stage": start.get("entry_point") if reason else None,
+        "reason": reason,
+        "stages": [],
+    }
+
+
+def still_running(start: Mapping[str, Any], now: datetime.datetime | None = None) -> bool:
+    """Whether the attempt of a start record may still be running.
+
+    On this machine: its pid is a live process (not a zombie) that started no later than the
+    record (a later one reuses the pid). From another machine nothing can be looked up: it
+    counts as running for OTHER_HOST_RUNNING_HOURS after it began.
+    """
+    try:
+        started = datetime.datetime.fromisoformat(str(start["started_utc"]))
+        pid = int(start["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if start.get("host") != socket.gethostname():
+        now = now or datetime.datetime.now(datetime.UTC)
+        return now - started < datetime.timedelta(hours=OTHER_HOST_RUNNING_HOURS)
+    began = process_start(pid)
+    if began is None:
+        return False
+    return began <= started.timestamp() + PID_REUSE_SLACK_SECONDS
+
+
+def process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None when it is gone or a
+    zombie. Without /proc, a live process counts as started at the epoch."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return None  # /proc is there: the process is gone
+        return _alive_without_proc(pid)
+    except (OSError, StopIteration, ValueError):
+        return _alive_without_proc(pid)
+    # Fields after the command's closing parenthesis: state is the 3rd, start time the 22nd.
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def _alive_without_proc(pid: int) -> float | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return 0.0  # alive, another user's
+    return 0.0
 
 
 def has_ledger(output_root: str) -> bool:

@@ -3,9 +3,10 @@
 With no task name it runs `FullRun`, so `python -m pipeline --local-scheduler` is the nightly
 run. Exit codes follow luigi.cfg's `[retcode]` section, as with the `luigi` command.
 `python -m pipeline status ...` prints the last nights from the run ledger instead
-(`pipeline.status`), `python -m pipeline rollback --to DATE ...` serves an earlier blessed
-night's model again (`evaluate.rollback`), and `python -m pipeline gc [--dry-run]` removes what
-luigi.cfg's [Retention] lets go (`pipeline.gc`).
+(`pipeline.status`), `python -m pipeline catch-up ...` reruns the nights that failed or were
+missed (`pipeline.catch_up`), `python -m pipeline rollback --to DATE ...` serves an earlier
+blessed night's model again (`evaluate.rollback`), and `python -m pipeline gc [--dry-run]`
+removes what luigi.cfg's [Retention] lets go (`pipeline.gc`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 import luigi.configuration
 from luigi.cmdline import luigi_run
 
-from pipeline import attempts, gc, notify, status
+from pipeline import attempts, catch_up, gc, notify, status
 
 DEFAULT_TASK = "FullRun"
 STATUS_COMMAND = "status"
+CATCH_UP_COMMAND = "catch-up"
 ROLLBACK_COMMAND = "rollback"
 GC_COMMAND = "gc"
 
@@ -53,11 +55,13 @@ def luigi_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs luigi on this package's tasks, or `status`, `gc` or `rollback`; returns the exit
-    status (luigi's return code for a task)."""
+    """Runs luigi on this package's tasks, or `status`, `catch-up`, `gc` or `rollback`;
+    returns the exit status (luigi's return code for a task)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == [STATUS_COMMAND]:
         return status.main(args[1:])
+    if args[:1] == [CATCH_UP_COMMAND]:
+        return catch_up.main(args[1:])
     if args[:1] == [GC_COMMAND]:
         return gc.main(args[1:], rollback_defaults())
     if args[:1] == [ROLLBACK_COMMAND]:

@@ -1,13 +1,15 @@
 """Records each attempt of a luigi entry point (FullRun, or one stage task) in the run ledger.
 
 The attempt begins when luigi first asks the command line's root task whether it is complete
-(before anything is scheduled, so refusals count), learns from luigi's events which stage ran,
-for how long and how it ended, and is written to `contract.ledger` once, when the run ends:
-from `pipeline.__main__` after luigi returns, or at the process's exit under the `luigi`
-command. Just before, the alerts its outcome calls for are sent (`pipeline.night_alerts`) and
-listed in the record, and, for a FullRun that was not refused, the retention pass it registered
-(`run_retention_after`) removes what [Retention] lets go and is recorded as `retention`. None of
-them ever changes the run's result: a failure is a warning, or an entry of the record.
+(before anything is scheduled, so refusals count), and files its start record then
+(`contract.ledger.begin`: an attempt killed before its end reads back as failed, "ended without
+a record"). It learns from luigi's events which stage ran, for how long and how it ended, and
+its record is written to `contract.ledger` once, when the run ends: from `pipeline.__main__`
+after luigi returns, or at the process's exit under the `luigi` command. Just before, the
+alerts its outcome calls for are sent (`pipeline.night_alerts`) and listed in the record, and,
+for a FullRun that was not refused, the retention pass it registered (`run_retention_after`)
+removes what [Retention] lets go and is recorded as `retention`. None of them ever changes the
+run's result: a failure is a warning, or an entry of the record.
 
 Stage figures come from the process that ran the task: with luigi's `--workers N` (N > 1) the
 tasks run in forked processes, and the record keeps only the outcome.
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +84,7 @@ class Attempt:
     entry_point: str
     date: str
     output_root: str
+    attempt_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     started_utc: str = dataclasses.field(default_factory=_now)
     started: float = dataclasses.field(default_factory=time.monotonic)
     cpu_at_start: float = dataclasses.field(default_factory=_all_cpu_seconds)
@@ -95,6 +99,8 @@ class Attempt:
     alert_settings: notify.Settings | None = None
     # FullRun's retention pass, run as the attempt finishes: returns its ledger entry.
     retention: Callable[[], dict[str, Any]] | None = None
+    # The start record's file or object (None until it is written).
+    start_record: str | None = None
 
     @property
     def writable(self) -> bool:
@@ -159,6 +165,18 @@ class Attempt:
                 return ledger.BLESSED if blessed else ledger.NOT_BLESSED
         return ledger.SUCCEEDED
 
+    def identity(self) -> dict[str, Any]:
+        """What the start record and the end record both say of the attempt."""
+        return {
+            "attempt_id": self.attempt_id,
+            "date": self.date,
+            "entry_point": self.entry_point,
+            "started_utc": self.started_utc,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "command": " ".join(sys.argv),
+        }
+
     def record(self) -> dict[str, Any]:
         """The ledger record of the attempt, as it stands now."""
         outcome = self.final_outcome()
@@ -166,10 +184,7 @@ class Attempt:
             resource.getrusage(who).ru_maxrss
             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
         )
-        return {
-            "date": self.date,
-            "entry_point": self.entry_point,
-            "started_utc": self.started_utc,
+        return self.identity() | {
             "ended_utc": _now(),
             "outcome": outcome,
             "stage": self.stage,
@@ -181,9 +196,6 @@ class Attempt:
             "bytes_written": self.bytes_written(),
             "versions": package_versions(),
             "git_revision": git_revision(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "command": " ".join(sys.argv),
         }
 
 
@@ -256,6 +268,14 @@ def _begin(task: luigi.Task) -> Attempt | None:
     )
     if attempt.writable:
         attempt.bytes_at_start = _folder_bytes(attempt.run_dir())
+        try:
+            attempt.start_record = ledger.begin(attempt.output_root, attempt.identity())
+        except Exception as e:  # noqa: BLE001 - the ledger must never fail the night
+            logger.warning(
+                "could not write the attempt's start to the run ledger under %s: %s",
+                attempt.output_root,
+                one_line(e),
+            )
     # Read now: luigi's command-line values are gone once luigi returns. Settings that cannot
     # be read are refused by the parameter checks that follow.
     with contextlib.suppress(notify.NotifySettingsError):
@@ -361,7 +381,7 @@ def finish() -> dict[str, Any] | None:
         retention = _retention(attempt, record["outcome"])
         if retention is not None:
             record["retention"] = retention
-        ledger.append(attempt.output_root, record)
+        ledger.append(attempt.output_root, record, replaces=attempt.start_record)
     except Exception as e:  # noqa: BLE001 - the ledger must never fail the night
         logger.warning(
             "could not write the run ledger under %s: %s; the run's result is unchanged",

@@ -8,7 +8,9 @@ shard set was made with other Preprocess parameters, or whose training finished 
 Train parameters, than this run's (either would otherwise count as done); and, when there is
 anything to do, takes the date's lock (a second run of the same date is refused), sends the
 luigi log to `<run>/logs/`, and with `--force-stage` moves that stage's outputs and its
-dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`). As the
+dependants' into `<run>/superseded/<timestamp>/` so they rerun (`prepare_run`). From then on
+the night is bounded by `max_hours`: a stage still running when it is up is stopped, whole
+process tree, and fails the night with one line naming the bound (`pipeline.runner`). As the
 attempt ends (and was not refused), what luigi.cfg's [Retention] lets go of the output root is
 removed and listed in its ledger record (`pipeline.retention`).
 """
@@ -18,15 +20,18 @@ from __future__ import annotations
 import atexit
 import datetime
 import logging
+import math
 import os
 import subprocess
 import sys
+import time
+from typing import Any
 
 import luigi
 
 from contract import gfile, import_path, layout, run_lock, storage
-from contract.messages import error_line
-from pipeline import attempts, retention, retention_config, supersede
+from contract.messages import EXIT_BAD_INPUT, error_line
+from pipeline import attempts, retention, retention_config, runner, supersede
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
 from pipeline.finished_settings import (
@@ -69,6 +74,41 @@ class RefusalTraceback(logging.Filter):
 logger.addFilter(RefusalTraceback())
 
 
+DEFAULT_MAX_HOURS = 12.0
+
+
+def checked_hours(value: Any) -> float | None:
+    """A night's bound in hours: a number above 0, or None (empty) for no bound; anything
+    else stops the program with one `error: ...` line and exit 2, before anything runs."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        hours = math.nan
+    if not (math.isfinite(hours) and hours > 0):
+        print(
+            error_line(
+                f"[FullRun] max_hours must be a number of hours above 0 (fractions are fine: "
+                f"0.5), or empty for no bound; got {value!r}"
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(EXIT_BAD_INPUT)
+    return hours
+
+
+class OptionalHoursParameter(luigi.OptionalFloatParameter):
+    """Hours above 0, or empty; a bad value is refused in one line, exit 2 (`checked_hours`)."""
+
+    def parse(self, x: Any) -> float | None:
+        return checked_hours(x)
+
+    def normalize(self, x: Any) -> float | None:
+        return checked_hours(x)
+
+
 class FullRun(RunTask, luigi.WrapperTask):
     """The whole pipeline for one date; complete when the run's metrics.json exists."""
 
@@ -78,6 +118,12 @@ class FullRun(RunTask, luigi.WrapperTask):
         description="Rerun this stage and every stage after it: their outputs are moved to "
         "<run>/superseded/<timestamp>/ (removed [Retention] superseded_days later). Empty: rerun "
         "only what is missing.",
+    )
+    max_hours = OptionalHoursParameter(
+        default=DEFAULT_MAX_HOURS,
+        description="The longest a night may run, in hours from its start (fractions allowed): "
+        "a stage still running then is stopped with its whole process tree and the night "
+        "fails, naming this bound; a rerun of the date resumes it. Empty: no bound.",
     )
 
     def __init__(self, *args, **kwargs) -> None:
@@ -108,8 +154,18 @@ class FullRun(RunTask, luigi.WrapperTask):
             )
             self._retain_after(refuse_bad_retention_settings())
             self._prepared = True
+            self._bound_stages()
             prepare_run(Preprocess(**self.shared_params()), self.force_stage)
         return super().check_complete()
+
+    def _bound_stages(self) -> None:
+        """Has every stage of this run stop at `max_hours` from now (none: unbounded)."""
+        if self.max_hours is None:
+            runner.stop_stages_at(None)
+            return
+        seconds = self.max_hours * 3600
+        setting = f"[FullRun] max_hours={self.max_hours:g}"
+        runner.stop_stages_at(runner.Deadline(time.monotonic() + seconds, setting, seconds))
 
     def _retain_after(self, settings: retention_config.Settings) -> None:
         """Has the attempt end with a retention pass of this run's output root and served

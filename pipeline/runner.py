@@ -17,17 +17,26 @@ pipe and the reaper ends the whole group, SIGTERM then SIGKILL, then removes the
 container (a `docker run` client killed before its container would leave it running). An
 exception here (a failing task, or an interrupt) ends the group the same way before
 re-raising, and stragglers left in the group after the stage exits are killed.
+
+A night may be bounded (`stop_stages_at`, FullRun's `[FullRun] max_hours`): a stage still
+running at the deadline has its group ended the same way (SIGTERM, then SIGKILL after
+GROUP_GRACE_SECONDS) and fails with one line naming the bound, and no stage starts after it.
+A stage writes its completion marker last, so the stopped stage is left unfinished, and a
+rerun of the date resumes it.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import shlex
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +46,7 @@ from contract import gfile, processes, run_lock, storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
-from pipeline.terminal import StageProgress
+from pipeline.terminal import StageProgress, format_duration
 
 logger = logging.getLogger("luigi-interface")
 
@@ -67,6 +76,38 @@ class StageFailed(RuntimeError):
         self.reason = reason
 
 
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """When the stages of this run must have ended, and the setting that says so.
+
+    Attributes:
+        at: the time, on `time.monotonic()`'s clock (the same in forked luigi workers).
+        setting: the bound as the operator set it (`[FullRun] max_hours=12`).
+        seconds: the bound's length.
+    """
+
+    at: float
+    setting: str
+    seconds: float
+
+    def exceeded(self, what: str) -> str:
+        """The one-line reason of a stage the bound stopped (`what` it did to the stage)."""
+        return (
+            f"night exceeded {self.setting} ({format_duration(self.seconds)}): {what}; its "
+            "outputs are left unfinished, and a rerun of the date resumes it"
+        )
+
+
+_deadline: Deadline | None = None
+
+
+def stop_stages_at(deadline: Deadline | None) -> None:
+    """Bounds every stage this process (and the luigi workers it forks) runs from now on:
+    one still running at `deadline` is stopped, and none starts after it. None: no bound."""
+    global _deadline
+    _deadline = deadline
+
+
 def run_stage(
     task: luigi.Task,
     stage: str,
@@ -78,8 +119,15 @@ def run_stage(
 
     Raises:
         StageFailed: the stage exited non-zero; names its error line (or log tail) and log.
+            Or the run's deadline passed (`stop_stages_at`): before the stage started, or
+            while it ran, and its processes were stopped.
         ContainerError: `container` is given but Docker cannot run it.
     """
+    deadline = _deadline
+    if deadline is not None and time.monotonic() >= deadline.at:
+        reason = deadline.exceeded(f"the {stage} stage was not started")
+        StageProgress(stage).failed(reason)
+        raise StageFailed(f"the {stage} stage did not start: {reason}", stage, reason)
     name = None
     if container is not None:
         command, name = docker_run.container_command(command, container)
@@ -92,12 +140,19 @@ def run_stage(
         log.write(f"$ {shlex.join(command)}\n".encode())
         log.flush()
         try:
-            code, tail, error = _run_logged(task, list(command), log, name or "", terminal)
+            code, tail, error, stopped = _run_logged(
+                task, list(command), log, name or "", terminal, deadline
+            )
         finally:
             if name is not None:
                 docker_run.remove_container_quietly(name)
     if local_log != log_path:
         _copy_log(local_log, log_path)
+    if code != 0 and stopped and deadline is not None:
+        ran = format_duration(time.monotonic() - terminal.started)
+        reason = deadline.exceeded(f"the {stage} stage was stopped after {ran}")
+        terminal.failed(reason)
+        raise StageFailed(f"{reason} (exit {code}; log: {log_path})", stage, reason)
     if code != 0:
         reason = error or f"exit {code}; log: {log_path}"
         terminal.failed(reason)
@@ -129,13 +184,16 @@ def _run_logged(
     log: Any,
     container_name: str = "",
     terminal: StageProgress | None = None,
-) -> tuple[int, collections.deque[str], str | None]:
+    deadline: Deadline | None = None,
+) -> tuple[int, collections.deque[str], str | None, bool]:
     """Runs `command` as its own process group, copying its output to `log`.
 
     `container_name` names the stage's container, for the reaper to remove if this process dies.
+    At `deadline` the group is ended (`_end_group`) from a timer thread.
 
     Returns:
-        (exit code, the output's last lines, its last `error:` line or None).
+        (exit code, the output's last lines, its last `error:` line or None, whether the
+        deadline came while it ran).
     """
     env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
@@ -149,6 +207,14 @@ def _run_logged(
         pass_fds=run_lock.held_fds(),  # the stage's tree holds the date's lock too
     )
     reaper, reaper_pipe = _start_group_reaper(process.pid, container_name)
+    stopped = threading.Event()
+    watchdog = None
+    if deadline is not None:
+        watchdog = threading.Timer(
+            max(0.0, deadline.at - time.monotonic()), _stop_at_deadline, (process, stopped)
+        )
+        watchdog.daemon = True
+        watchdog.start()
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     error = None
     try:
@@ -173,11 +239,23 @@ def _run_logged(
         _end_group(process)
         raise
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         _kill_group(process.pid)  # stragglers outliving the stage
         reaper.kill()  # the group is gone: the reaper has nothing left to do
         reaper.wait()
         os.close(reaper_pipe)
-    return code, tail, error
+    return code, tail, error, stopped.is_set()
+
+
+def _stop_at_deadline(process: subprocess.Popen[bytes], stopped: threading.Event) -> None:
+    """The deadline came while the stage ran: ends its whole group (the read loop then sees
+    the stage's output end)."""
+    if process.poll() is not None:
+        return
+    stopped.set()
+    logger.warning("the run's deadline passed; stopping the stage's process group %d", process.pid)
+    _end_group(process)
 
 
 def report_progress(task: luigi.Task, progress: dict[str, Any]) -> None:

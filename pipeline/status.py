@@ -3,10 +3,13 @@
     python -m pipeline status [--output-root R] [--nights N] [--today DATE] [--json]
 
 The table ends at today (UTC; `--today` names another day, to look at a morning gone by as a
-monitor saw it then) or at the newest date in the ledger, whichever is later. Exit 0
-when its last night was evaluated (blessed or not), 1 when that night failed, was refused or is
-missing, 2 (one `error: ...` line) when the folder is not an output root or a [Notify] setting
-cannot be used. With exit 1 it also alerts that night through [Notify]
+monitor saw it then) or at the newest date in the ledger, whichever is later. A night with an
+attempt still under way shows `running`, and one whose attempt was killed shows `failed`
+(`contract.ledger`). When nights in the table were not evaluated, a line on stderr names the
+`python -m pipeline catch-up` command that reruns them (`pipeline.catch_up`). Exit 0
+when its last night was evaluated (blessed or not), 1 when that night failed, was refused, is
+missing or still running, 2 (one `error: ...` line) when the folder is not an output root or a
+[Notify] setting cannot be used. With exit 1 it also alerts that night through [Notify]
 (`pipeline.night_alerts`): a missed night, or a failure whose alert was not delivered yet.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -96,24 +100,80 @@ def night(output_root: str, date: str, records: list[dict[str, Any]]) -> dict[st
     }
 
 
+def _records_by_date(output_root: str) -> dict[str, list[dict[str, Any]]]:
+    """The ledger's attempts of each night, those under way included."""
+    by_date: dict[str, list[dict[str, Any]]] = {}
+    for record in ledger.read(output_root, running=True):
+        if dates.is_run_date(record.get("date")):
+            by_date.setdefault(record["date"], []).append(record)
+    return by_date
+
+
+def _rows(
+    output_root: str,
+    by_date: dict[str, list[dict[str, Any]]],
+    first: datetime.date,
+    last: datetime.date,
+) -> list[dict[str, Any]]:
+    """A row for each night from `first` to `last`, leaving out those before the ledger's first
+    night (all but `last` when the ledger has none)."""
+    known = sorted(dates.parse(d) for d in by_date)
+    first = max(first, known[0] if known else last)
+    count = (last - first).days + 1
+    return [
+        night(output_root, day.isoformat(), by_date.get(day.isoformat(), []))
+        for day in (first + datetime.timedelta(days=n) for n in range(max(0, count)))
+    ]
+
+
 def nights(output_root: str, count: int, today: datetime.date | None = None) -> list[dict]:
     """The last `count` nights, oldest first, ending at today or the newest ledger date.
 
     Nights before the ledger's first are left out; the last night always has its row.
     """
-    records = [r for r in ledger.read(output_root) if dates.is_run_date(r.get("date"))]
-    by_date: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_date.setdefault(record["date"], []).append(record)
+    by_date = _records_by_date(output_root)
     known = sorted(dates.parse(d) for d in by_date)
-    end = max([today or datetime.datetime.now(datetime.UTC).date(), *known[-1:]])
-    first = known[0] if known else end
-    days = [end - datetime.timedelta(days=back) for back in reversed(range(count))]
-    return [
-        night(output_root, day.isoformat(), by_date.get(day.isoformat(), []))
-        for day in days
-        if day >= first
-    ]
+    end = max([today or utc_today(), *known[-1:]])
+    return _rows(output_root, by_date, end - datetime.timedelta(days=count - 1), end)
+
+
+def nights_between(output_root: str, first: datetime.date, last: datetime.date) -> list[dict]:
+    """The nights from `first` to `last`, oldest first, but those before the ledger's first."""
+    return _rows(output_root, _records_by_date(output_root), first, last)
+
+
+def utc_today() -> datetime.date:
+    """Today's date in UTC, where the table ends by default."""
+    return datetime.datetime.now(datetime.UTC).date()
+
+
+def to_rerun(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of nights that were not evaluated and have no attempt under way."""
+    return [row for row in rows if not row["evaluated"] and row["outcome"] != ledger.RUNNING]
+
+
+def catch_up_command(
+    rows: list[dict[str, Any]], output_root: str | None, until: datetime.date | None
+) -> str | None:
+    """The `python -m pipeline catch-up` command that reruns the rows' nights that need it (None
+    when none does); `output_root` and `until` are passed on when given."""
+    nights_ = to_rerun(rows)
+    if not nights_:
+        return None
+    words = ["python", "-m", "pipeline", "catch-up", "--since", nights_[0]["date"]]
+    if until is not None:
+        words += ["--until", until.isoformat()]
+    if output_root is not None:
+        words += ["--output-root", output_root]
+    return shlex.join(words)
+
+
+def catch_up_line(rows: list[dict[str, Any]], command: str) -> str:
+    """`2 nights to rerun (2026-01-30 missing, 2026-01-31 failed); in date order: <command>`."""
+    nights_ = to_rerun(rows)
+    listed = ", ".join(f"{row['date']} {row['outcome']}" for row in nights_)
+    count = f"{len(nights_)} night{'s' if len(nights_) != 1 else ''}"
+    return f"{count} to rerun ({listed}); in date order: {command}"
 
 
 def _size(count: float) -> str:
@@ -163,7 +223,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def exit_status(rows: list[dict[str, Any]]) -> int:
-    """0 when the last night was evaluated, 1 when it failed, was refused or is missing."""
+    """0 when the last night was evaluated, 1 when it failed, was refused, is missing or is
+    still running."""
     return 0 if rows and rows[-1]["evaluated"] else 1
 
 
@@ -206,11 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 and rows:
         # A missed night, or a failure whose alert was not delivered yet.
         night_alerts.status_alerts(output_root, rows[-1], alert_settings)
+    # Past nights as the table shows them: up to its last row when --today looked back.
+    until = dates.parse(rows[-1]["date"]) if today is not None and rows else None
+    command = catch_up_command(rows, args.output_root, until)
     if args.json:
         document = {"output_root": output_root, "exit_status": code, "nights": rows}
-        print(json.dumps(document, indent=2))
+        print(json.dumps(document | {"catch_up": command}, indent=2))
     else:
         print(table(rows))
+        if command is not None:  # beside the table, not in it: a script reading it is unchanged
+            print(catch_up_line(rows, command), file=sys.stderr, flush=True)
     return code
 
 

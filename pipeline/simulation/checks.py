@@ -122,27 +122,37 @@ def disk(occupancy: Occupancy) -> Check:
 
 
 def ledger_records(records: list[dict[str, Any]], attempts: list[Attempt]) -> Check:
-    """One record per attempt: one per FullRun that ended (its pid), none for one SIGKILLed,
-    one per rollback, nothing else; and each record's outcome goes with its exit status."""
+    """One record per attempt: one per FullRun (its pid), a SIGKILLed one's read back as ended
+    without a record (failed), one per rollback, nothing else; and each record's outcome goes
+    with its exit status."""
     problems = []
     runs = [r for r in records if r.get("entry_point") == "FullRun"]
     for attempt in (a for a in attempts if a.entry_point == "FullRun"):
         mine = [r for r in runs if r.get("pid") == attempt.pid and r.get("date") == attempt.date]
-        if attempt.killed_in is not None:
-            if mine:
-                problems.append(f"the SIGKILLed attempt of {attempt.date} has a record")
-            continue
         if len(mine) != 1:
             problems.append(f"{len(mine)} records of {attempt.date}'s attempt (pid {attempt.pid})")
+            continue
+        unended = bool(mine[0].get("ended_without_record"))
+        if attempt.killed_in is not None:
+            if not unended or mine[0].get("outcome") != ledger.FAILED:
+                problems.append(
+                    f"the SIGKILLed attempt of {attempt.date} does not read as ended without a "
+                    f"record: {mine[0].get('outcome')}"
+                )
+            continue
+        if unended:
+            problems.append(
+                f"{attempt.date}'s attempt (pid {attempt.pid}) left no record of its end"
+            )
             continue
         if mine[0].get("outcome") not in EXIT_CODES.get(attempt.exit_code, ()):
             problems.append(
                 f"{attempt.date}'s attempt exited {attempt.exit_code}, its record says "
                 f"{mine[0].get('outcome')}"
             )
-    ended = sum(1 for a in attempts if a.entry_point == "FullRun" and a.killed_in is None)
-    if len(runs) != ended:
-        problems.append(f"{len(runs)} FullRun records for {ended} attempts that ended")
+    ran = sum(1 for a in attempts if a.entry_point == "FullRun")
+    if len(runs) != ran:
+        problems.append(f"{len(runs)} FullRun records for {ran} attempts")
     rollbacks = sum(1 for a in attempts if a.entry_point == "rollback")
     recorded = sum(1 for r in records if r.get("entry_point") == "rollback")
     if recorded != rollbacks:
@@ -157,6 +167,8 @@ def ledger_records(records: list[dict[str, Any]], attempts: list[Attempt]) -> Ch
 
 def alert_for(record: Mapping[str, Any]) -> Alert | None:
     """The alert an attempt's record calls for (None: a blessed night, a no-op rerun)."""
+    if record.get("ended_without_record"):
+        return None  # a killed attempt is alerted by `status` alone, when it is a night's last
     outcome_ = record.get("outcome")
     date = str(record.get("date"))
     if outcome_ == ledger.FAILED and record.get("stage") == "DataGate":

@@ -169,18 +169,23 @@ def _record(date: str, pid: int, outcome: str, stage: str | None = None) -> dict
     }
 
 
-def test_the_ledger_check_wants_one_record_per_attempt_and_none_for_a_killed_one():
+def test_the_ledger_check_wants_one_record_per_attempt_a_killed_one_without_its_end():
     attempts = [_attempt(DATE, 11, killed_in="Train"), _attempt(DATE, 12), _attempt(LATER, 13, 30)]
+    killed = _record(DATE, 11, ledger.FAILED, "FullRun") | {"ended_without_record": True}
     records = [
+        killed,
         _record(DATE, 12, ledger.BLESSED),
         _record(LATER, 13, ledger.FAILED, "Preprocess"),
     ]
     assert checks.ledger_records(records, attempts).ok
-    check = checks.ledger_records(records[:1], attempts)
+    assert checks.alert_for(killed) is None
+    check = checks.ledger_records(records[:2], attempts)
     assert not check.ok and f"0 records of {LATER}'s attempt (pid 13)" in check.detail
-    check = checks.ledger_records([*records, _record(DATE, 11, ledger.FAILED)], attempts)
-    assert not check.ok and f"the SIGKILLed attempt of {DATE} has a record" in check.detail
-    check = checks.ledger_records([_record(DATE, 12, ledger.FAILED), records[1]], attempts)
+    check = checks.ledger_records([_record(DATE, 11, ledger.FAILED), *records[1:]], attempts)
+    assert (
+        not check.ok and f"the SIGKILLed attempt of {DATE} does not read as ended" in check.detail
+    )
+    check = checks.ledger_records([killed, _record(DATE, 12, ledger.FAILED), records[2]], attempts)
     assert not check.ok and "exited 0, its record says failed" in check.detail
 
 
