@@ -20,7 +20,7 @@ SPEC = StageSpec(
     config_class=TrainConfig,
     output=lambda run: run.history_path,
     log_file="train.log",
-    run_settings=("data_dir", "train_dir"),
+    run_settings=("output_root", "date", "data_dir", "train_dir"),
     # The launcher itself always runs here: with [Executor] kind = docker it is given
     # `--backend docker --image ...` (from [Docker]) and runs one container per worker.
     in_container=False,

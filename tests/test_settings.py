@@ -10,7 +10,7 @@ import datetime
 import luigi
 import pytest
 
-from contract import settings
+from contract import layout, settings
 from evaluate.config import EvaluateConfig
 from pipeline.data_gate_task import DataGate
 from pipeline.evaluate_task import Evaluate
@@ -19,7 +19,7 @@ from pipeline.stage_params import stage_config, stage_parameters
 from pipeline.train_task import Train
 from preprocess.config import PreprocessConfig
 from preprocess.data_gate import DataGateConfig
-from train.config import WARM_START_SETTLED, TrainConfig
+from train.config import WARM_START_SETTLED, ConfigError, TrainConfig
 from train.launcher import worker_argv
 
 
@@ -81,7 +81,7 @@ def test_flags_round_trip_a_config():
 
 
 STAGES = [
-    (Train, TrainConfig, ("data_dir", "train_dir", *WARM_START_SETTLED)),
+    (Train, TrainConfig, ("output_root", "date", "data_dir", "train_dir", *WARM_START_SETTLED)),
     (Evaluate, EvaluateConfig, ("output_root", "date", "dataset")),
     (Preprocess, PreprocessConfig, ("output_root", "date", "dataset", "num_workers", "overwrite")),
     (DataGate, DataGateConfig, ("output_root", "date")),
@@ -129,6 +129,27 @@ def test_train_task_command_gives_the_stage_the_tasks_values(tmp_path):
     config = settings.from_flags(TrainConfig, parser.parse_args(task.command()[4:]))
     assert (config.epochs, config.seed) == (3, 9)
     assert config.precision == task.precision and config.model == task.model
+
+
+def test_train_task_gives_the_stage_its_run_not_only_the_runs_folders(tmp_path):
+    task = Train(date=datetime.date(2026, 1, 31), output_root=str(tmp_path))
+    config = task.stage_config
+    assert (config.output_root, config.date) == (str(tmp_path), "2026-01-31")
+    assert config.train_dir == layout.train_dir(str(tmp_path), "2026-01-31")
+    assert config.data_dir == layout.data_dir(str(tmp_path), "2026-01-31")
+
+
+@pytest.mark.parametrize(
+    ("run", "message"),
+    [
+        ({"output_root": "runs"}, "output_root is given without date"),
+        ({"date": "2026-01-31"}, "date is given without output_root"),
+        ({"output_root": "runs", "date": "2026-02-30"}, "date must be a calendar date"),
+    ],
+)
+def test_a_train_run_is_its_root_and_date_together(run, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig("d", "t", **run).check()
 
 
 def test_evaluate_task_command_gives_the_stage_the_tasks_values(tmp_path):

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from contract import atomic, import_path
+from contract import atomic, dates, import_path
 from contract.settings import SettingsError
 
 MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
@@ -59,6 +59,22 @@ class TrainConfig:
             "shapes_training": False,
             "help": "Where the model, history, backups and TensorBoard logs go (local or gs://).",
         }
+    )
+    output_root: str = dataclasses.field(
+        default="",
+        metadata={
+            "shapes_training": False,
+            "help": "The run's output root, given with --date (the Luigi Train task gives both): "
+            "a last-blessed warm start reads its latest.json and run history. Empty: the run "
+            "the train dir lies in, <root>/<date>/train.",
+        },
+    )
+    date: str = dataclasses.field(
+        default="",
+        metadata={
+            "shapes_training": False,
+            "help": "The run's date, YYYY-MM-DD, given with --output-root.",
+        },
     )
     model: str = dataclasses.field(
         default="cnn",
@@ -309,6 +325,18 @@ class TrainConfig:
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""
+        if bool(self.output_root) != bool(self.date):
+            given, missing = (
+                ("output_root", "date") if self.output_root else ("date", "output_root")
+            )
+            raise ConfigError(
+                f"{given} is given without {missing}: the run is both (--output-root and --date)"
+            )
+        if self.date:
+            try:
+                dates.parse(self.date)
+            except dates.DateError as e:
+                raise ConfigError(str(e)) from None
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):

@@ -1,15 +1,14 @@
 """Warm start: a run begins from the last blessed model's weights instead of fresh ones.
 
 `warm_start=last-blessed` is settled once, before any worker starts (`settle`, called by the
-launcher): the latest pointer of the output root the train folder lies in
-(`<root>/<date>/train`, pointer `<root>/latest.json`) names a model file and its sha256. The
-settled config names that file, its sha256 and its run's date (`warm_start_from`,
-`warm_start_sha256`, `warm_start_date`), or says why the run starts cold
-(`cold_start_reason`). Every worker gets
-the same settled config, and its warm-start fields are part of the backup's fingerprint, so
-a resumed run starts from the same model even if the pointer has moved since (`settle` takes
-a backup's own settling). A worker loads the weights only on a fresh start (`load_into`); on
-resume the backup's weights win.
+launcher): the latest pointer of the run's output root (`<root>/latest.json`; the root and
+date as the Train task gives them, or the run a train folder `<root>/<date>/train` lies in)
+names a model file and its sha256. The settled config names that file, its sha256 and its
+run's date (`warm_start_from`, `warm_start_sha256`, `warm_start_date`), or says why the run
+starts cold (`cold_start_reason`). Every worker gets the same settled config, and its
+warm-start fields are part of the backup's fingerprint, so a resumed run starts from the same
+model even if the pointer has moved since (`settle` takes a backup's own settling). A worker
+loads the weights only on a fresh start (`load_into`); on resume the backup's weights win.
 
 The starting model is the last blessed one *before* the run's date: the pointer's when it
 names an earlier night, else the newest blessed, not rolled-back night before the run's date
@@ -46,9 +45,14 @@ SETTLED_FIELDS = WARM_START_SETTLED
 WeightsSignature = list[tuple[str, tuple[int, ...]]]
 
 
-def output_root_of(train_dir: str) -> str:
-    """The output root a train folder (`<root>/<date>/train`) belongs to."""
-    return posixpath.dirname(run_lock.run_dir_of_train_dir(train_dir)) or "/"
+def run_of(config: TrainConfig) -> tuple[str, str]:
+    """(output root, date) of the run `config` trains: as the task gave them (--output-root,
+    --date), or, for a launch given only its folders, the run its train dir lies in
+    (`<root>/<date>/train`)."""
+    if config.output_root:
+        return config.output_root, config.date
+    run_dir = run_lock.run_dir_of_train_dir(config.train_dir)
+    return posixpath.dirname(run_dir) or "/", posixpath.basename(run_dir)
 
 
 def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
@@ -69,14 +73,13 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
             warm_start_date=saved["warm_start_date"],
             cold_start_reason=saved["cold_start_reason"],
         )
-    root = output_root_of(config.train_dir)
+    root, run_date = run_of(config)
     try:
         current = pointer.read(root)
     except pointer.PointerUnreadableError as e:
         return _cold(config, str(e))
     if current is None:
         return _cold(config, f"no blessed model yet ({pointer.pointer_path(root)} is missing)")
-    run_date = posixpath.basename(run_lock.run_dir_of_train_dir(config.train_dir))
     if dates.is_run_date(run_date) and not dates.is_later(run_date, current.get("date")):
         earlier = history.last_blessed_before(root, run_date)
         if earlier is None:

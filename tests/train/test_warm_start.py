@@ -166,6 +166,19 @@ def test_settle_names_a_fitting_blessed_model_and_its_sha256(data_dir, tmp_path,
     assert f"warm start from {path}" in caplog.text
 
 
+def test_settle_reads_the_run_the_task_names_not_the_train_dirs_place(data_dir, tmp_path, caplog):
+    root = str(tmp_path / "runs")
+    path = saved_model(layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE))
+    bless(root, path)
+    elsewhere = str(tmp_path / "scratch" / "train")  # no run of the root lies there
+    config = settled(data_dir, elsewhere, caplog, output_root=root, date=TONIGHT)
+    assert config.warm_start_from == path and config.warm_start_date == BLESSED_DATE
+    assert "no blessed model yet" in settled(data_dir, elsewhere, caplog).cold_start_reason
+    # The run's own date is the one a retrain never starts from.
+    config = settled(data_dir, elsewhere, caplog, output_root=root, date=BLESSED_DATE)
+    assert config.warm_start_from == "" and config.cold_start_reason
+
+
 @pytest.mark.parametrize(
     "case, reason",
     [
