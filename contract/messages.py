@@ -11,6 +11,7 @@ else in a stage's output is parsed.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import re
 import sys
@@ -98,3 +99,18 @@ class StageArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(error_line(f"{self.prog}: {message} (see --help)"), file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def no_space_left(error: BaseException) -> bool:
+    """Whether `error`, or an error it was raised from, says the filesystem is full (ENOSPC,
+    or a runner's wrapped "No space left on device"): no retry helps with that."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -6,7 +6,13 @@ import logging
 import sys
 
 from contract import layout, manifest, run_lock, storage
-from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
+from contract.messages import (
+    EXIT_BAD_INPUT,
+    EXIT_DISK_FULL,
+    StageArgumentParser,
+    error_line,
+    no_space_left,
+)
 from contract.storage import UnsupportedStorageError
 
 USAGE = """usage: python -m preprocess [run] --output_root DIR [stage flags] [Beam flags]
@@ -64,6 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     except (PreprocessError, run_lock.RunLockedError) as e:
         print(error_line(str(e)), file=sys.stderr)
         return 1
+    except Exception as e:
+        if not no_space_left(e):
+            raise
+        # Nothing was published: the shard set is written to staging and moved in last.
+        print(
+            error_line(
+                f"no space left on device writing the shard set of {cfg.date} under "
+                f"{cfg.output_root}: free space (`python -m pipeline gc` removes what "
+                "[Retention] lets go) and rerun; nothing was published"
+            ),
+            file=sys.stderr,
+        )
+        return EXIT_DISK_FULL
     return 0
 
 

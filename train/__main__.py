@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import sys
 
@@ -21,6 +20,7 @@ from contract.messages import (
     EXIT_RETRYABLE,
     StageArgumentParser,
     error_line,
+    no_space_left,
     notice_line,
 )
 from contract.storage import UnsupportedStorageError
@@ -164,13 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _no_space_left(error: BaseException) -> bool:
-    # Not every ResourceExhaustedError: that is also a thread pool or memory running out.
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return True
-    return "No space left on device" in str(error)
-
-
 def _run_worker(config: TrainConfig) -> int:
     """Runs one worker; its exit code says whether starting it again could help.
 
@@ -196,7 +189,7 @@ def _run_worker(config: TrainConfig) -> int:
     except Exception as e:  # noqa: BLE001 - every other failure is reported and may be retried
         logging.getLogger("train").exception("worker failed")
         print(error_line(str(e) or type(e).__name__), file=sys.stderr, flush=True)
-        if isinstance(e, DiskFullError) or _no_space_left(e):
+        if isinstance(e, DiskFullError) or no_space_left(e):
             return EXIT_DISK_FULL
         return EXIT_RETRYABLE
     return 0

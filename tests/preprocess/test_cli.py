@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from contract import layout
-from contract.messages import EXIT_BAD_INPUT
+from contract.messages import EXIT_BAD_INPUT, EXIT_DISK_FULL
 from preprocess import __main__ as cli
 from tests import factories
 
@@ -141,3 +142,50 @@ def test_every_runners_flags_pass_the_unknown_flag_check(beam_flags):
     _, rest = parser.parse_known_args(["--output_root=runs", *beam_flags])
     assert rest == beam_flags
     check_beam_flags(rest, parser)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        # How a runner hands back a worker's failure: its own error, raised from the OSError.
+        "wrapped",
+    ],
+)
+def test_a_full_disk_is_one_line_and_exit_3_with_nothing_published(
+    make_config, capsys, monkeypatch, error
+):
+    from preprocess import pipeline
+
+    def fill_the_disk(cfg, beam_args):
+        os.makedirs(layout.run_dir(cfg.output_root, cfg.date), exist_ok=True)
+        if error != "wrapped":
+            raise error
+        try:
+            with open("/dev/full", "wb") as full:
+                full.write(b"x")
+                full.flush()
+        except OSError as e:
+            raise RuntimeError("WriteToTFRecord failed [while running 'Write/Shard']") from e
+
+    monkeypatch.setattr(pipeline, "run_preprocess", fill_the_disk)
+    cfg = make_config()
+    argv = [f"--output_root={cfg.output_root}", f"--data_dir={cfg.data_dir}", "--date", cfg.date]
+    assert cli.main(["run", *argv]) == EXIT_DISK_FULL
+    err = capsys.readouterr().err
+    assert err.startswith("error: no space left on device writing the shard set of 2026-01-31")
+    assert len(err.strip().splitlines()) == 1 and "nothing was published" in err
+    assert not os.path.exists(
+        layout.join(layout.data_dir(cfg.output_root, cfg.date), "manifest.json")
+    )
+
+
+def test_an_error_that_is_not_a_full_disk_is_not_called_one():
+    from contract.messages import no_space_left
+
+    assert not no_space_left(RuntimeError("the worker died"))
+    assert not no_space_left(OSError(errno.EACCES, "Permission denied"))
+    try:
+        raise RuntimeError("the pipeline failed") from OSError(errno.EACCES, "Permission denied")
+    except RuntimeError as e:
+        assert not no_space_left(e)
