@@ -3,8 +3,9 @@
 A night is blessed when its evaluation finished (`<date>/evaluate/metrics.json`) with a
 blessed verdict (blessing.json), was pushed to serving (push.json), and its model file still
 has the sha256 its evaluation recorded. A night rolled back past carries
-`<date>/evaluate/rolled_back.json` and is not returned to on its own. Evaluate (taking a
-rejected model's pointer back), rollback and warm start all read the history through here.
+`<date>/evaluate/rolled_back.json` and is not returned to on its own, nor is a night of another
+dataset identity (contract.lineage) than the one asked for. Evaluate (taking a rejected model's
+pointer back), rollback and warm start all read the history through here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import datetime
 import logging
 from typing import Any
 
-from contract import atomic, dates, gfile, layout, pointer
+from contract import atomic, dates, gfile, layout, lineage, pointer
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def night_pointer(output_root: str, date: str) -> dict[str, Any]:
             f"{date}'s model {model_path} has changed since it was blessed (its sha256 is not "
             f"the {model['sha256'][:16]}… its metrics.json records)"
         )
-    return {
+    night = {
         "date": date,
         "model_path": model_path,
         "model_sha256": model["sha256"],
@@ -66,6 +67,10 @@ def night_pointer(output_root: str, date: str) -> dict[str, Any]:
         "version": int(push["version"]),
         "updated_utc": datetime.datetime.now(datetime.UTC).isoformat(),
     }
+    identity = metrics["dataset"].get("identity")  # absent from older evaluations
+    if identity is not None:
+        night[pointer.IDENTITY_KEY] = identity
+    return night
 
 
 def rolled_back(output_root: str, date: str) -> bool:
@@ -80,14 +85,24 @@ def run_dates(output_root: str) -> list[str]:
     return sorted(filter(dates.is_run_date, names), key=dates.parse)
 
 
-def last_blessed_before(output_root: str, date: str) -> dict[str, Any] | None:
-    """The pointer to the newest blessed, pushed, not rolled-back night before `date`."""
+def last_blessed_before(
+    output_root: str, date: str, identity: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The pointer to the newest blessed, pushed, not rolled-back night before `date`, of the
+    dataset `identity` when one is given (a night that records none is taken)."""
     earlier = [d for d in run_dates(output_root) if dates.parse(d) < dates.parse(date)]
     for night in reversed(earlier):
         if rolled_back(output_root, night):
             continue
         try:
-            return night_pointer(output_root, night)
+            found = night_pointer(output_root, night)
         except NightError as e:
             logger.info("not returning to %s: %s", night, e)
+            continue
+        differ = lineage.differences(found.get(pointer.IDENTITY_KEY), identity)
+        if differ is None:
+            return found
+        logger.info(
+            "not returning to %s: its model is of another dataset lineage (%s)", night, differ
+        )
     return None

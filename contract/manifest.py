@@ -19,7 +19,9 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
       "num_classes": int,
       "class_names": [str, ...] (by label index: TFDS ClassLabel names, the sorted class
                      folders of an image folder, a TFRecord's label names or '0', '1', ...),
-      "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index"},
+      "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index",
+                       "day": "bytes: the drop's day, YYYY-MM-DD" (drops: datasets only; a
+                              record of an undated file has none)},
       "splits": {
         "train": {"num_examples": int, "examples_per_worker": int, "leftover_examples": int},
         "validation": {"num_examples": int},

@@ -35,13 +35,20 @@ import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from contract import atomic, gfile, layout, storage
 
+# The pointer's record of the dataset its model is of (contract.lineage.identity).
+IDENTITY_KEY = "dataset_identity"
+
 
 class Pointer(TypedDict):
-    """The pointer's fields; `model_path` and `metrics_path` are relative to output_root."""
+    """The pointer's fields; `model_path` and `metrics_path` are relative to output_root.
+
+    `version` (the served version) and `dataset_identity` (adapter, dataset, image_shape,
+    class_names) are absent from pointers written before they were recorded.
+    """
 
     date: str
     model_path: str
@@ -51,6 +58,8 @@ class Pointer(TypedDict):
     dataset: str
     metrics_path: str
     updated_utc: str
+    version: NotRequired[int]
+    dataset_identity: NotRequired[dict[str, Any]]
 
 
 def pointer_path(output_root: str) -> str:

@@ -1,4 +1,9 @@
-"""The record format of every shard: a tf.train.Example with raw image bytes and a label."""
+"""The record format of every shard: a tf.train.Example with raw image bytes and a label.
+
+A record of a daily-drops dataset also carries `day`, the date (YYYY-MM-DD, as bytes) of the
+drop it came from; records of an undated file, and of every other dataset, have none. Readers
+parse only the features they need, so the image and the label read the same either way.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,18 @@ import tensorflow as tf
 
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
+DAY_KEY = "day"
 
 
-def encode_example(image: np.ndarray, label: int) -> bytes:
-    """Serialises one decoded image (uint8, HxWxC) and its class label."""
+def encode_example(image: np.ndarray, label: int, day: str | None = None) -> bytes:
+    """Serialises one decoded image (uint8, HxWxC), its class label and, for a record of a
+    dated drop, its day."""
     feature = {
         IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
         LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
     }
+    if day is not None:
+        feature[DAY_KEY] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[day.encode()]))
     example = tf.train.Example(features=tf.train.Features(feature=feature))
     # Map fields serialise in a per-process order unless asked to be deterministic, and the
     # shard files must be byte-identical across runs and worker processes.
@@ -27,6 +36,11 @@ def feature_spec() -> dict[str, tf.io.FixedLenFeature]:
         IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
     }
+
+
+def day_spec() -> dict[str, tf.io.FixedLenFeature]:
+    """The parsing spec of the day alone: b"" for a record without one."""
+    return {DAY_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
 
 
 def parse_batch(serialized: tf.Tensor, image_shape: list[int]) -> tuple[tf.Tensor, tf.Tensor]:

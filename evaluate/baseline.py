@@ -1,10 +1,10 @@
 """Scoring the last blessed model (the `latest` pointer's) on this run's eval set.
 
 Every way it can fail to be scored is named, and the verdict then falls back to the value
-threshold: the pointer names another dataset, records no sha256 for its model, its model file
-is missing or no longer matches the sha256 recorded with it, the file does not load, or the
-model takes another input shape or predicts another number of classes than this run's shard
-set has.
+threshold: the pointer names another dataset or one of another identity (adapter, name, image
+shape, classes: contract.lineage), records no sha256 for its model, its model file is missing
+or no longer matches the sha256 recorded with it, the file does not load, or the model takes
+another input shape or predicts another number of classes than this run's shard set has.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, model_code, pointer
+from contract import atomic, lineage, model_code, pointer
 from evaluate import paired
 from evaluate.blessing import Baseline
 from evaluate.predictions import Predictions
@@ -57,6 +57,7 @@ def score(
     scorer: _Scorer,
     candidate: Predictions,
     confidence: float,
+    identity: dict[str, Any] | None = None,
 ) -> Baseline:
     """Scores the model `current` (the pointer) names with `scorer`, or says why it cannot.
 
@@ -69,6 +70,8 @@ def score(
             the metrics document (accuracy, loss, ...) and the per-example predictions.
         candidate: the candidate's per-example predictions on the same examples.
         confidence: the level of the paired comparison's interval.
+        identity: this run's dataset identity (contract.lineage.identity); a pointer recording
+            another is not compared with (one written before pointers recorded it is).
 
     Returns:
         The baseline, with its accuracy, loss, predictions and paired comparison with the
@@ -81,6 +84,15 @@ def score(
 
     if current.get("dataset") not in (None, dataset):
         return unscored(f"it was trained on dataset {current.get('dataset')!r}, not {dataset!r}")
+    recorded = current.get(pointer.IDENTITY_KEY)
+    if recorded is None:
+        logger.info(
+            "the latest pointer (%s) records no dataset identity (written before pointers "
+            "did): compared by its dataset name alone",
+            current.get("date"),
+        )
+    elif (differ := lineage.differences(recorded, identity)) is not None:
+        return unscored(f"it is a model of another dataset lineage ({differ}): not compared")
     model_path = current.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         return unscored("the latest pointer names no model_path")

@@ -1,9 +1,11 @@
-"""Reading the eval split once, in full, as batches of (float32 pixels 0-255, labels)."""
+"""Reading the eval split once, in full, as batches of (float32 pixels 0-255, labels), and the
+drop day of each of its examples."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from contract import layout, manifest, records
@@ -37,7 +39,6 @@ def eval_dataset(data_dir: str, doc: dict[str, Any], batch_size: int) -> tf.data
     Batches are parsed whole (one parse_example per batch, not per record) and the pixels are
     cast to float32 but not rescaled: the model rescales inside, as the train contract says.
     """
-    paths = manifest.split_paths(data_dir, doc, layout.EVAL_SPLIT)
     image_shape = list(doc["image_shape"])
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -45,8 +46,39 @@ def eval_dataset(data_dir: str, doc: dict[str, Any], batch_size: int) -> tf.data
         return tf.cast(images, tf.float32), labels
 
     return (
-        tf.data.TFRecordDataset(paths, num_parallel_reads=min(len(paths), 4))
+        _eval_records(data_dir, doc)
         .batch(batch_size)
         .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def _eval_records(data_dir: str, doc: dict[str, Any]) -> tf.data.Dataset:
+    """The eval split's serialised records, in the one order every reader here sees them."""
+    paths = manifest.split_paths(data_dir, doc, layout.EVAL_SPLIT)
+    return tf.data.TFRecordDataset(paths, num_parallel_reads=min(len(paths), 4))
+
+
+def eval_days(data_dir: str, doc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The drop day of every eval example (contract.records.DAY_KEY) and its label, in the
+    order `eval_dataset` reads them; None unless the shard set is of daily drops and some of
+    its eval examples carry a day (an eval split of undated test files carries none).
+
+    Returns:
+        (days [N] str, "" for an example without one; labels [N] int64).
+    """
+    if not doc.get(manifest.DROPS_KEY):
+        return None
+    spec = records.day_spec() | {records.LABEL_KEY: records.feature_spec()[records.LABEL_KEY]}
+    days, labels = [], []
+    for batch in (
+        _eval_records(data_dir, doc).batch(4096).map(lambda s: tf.io.parse_example(s, spec))
+    ):
+        days.append(batch[records.DAY_KEY].numpy())
+        labels.append(batch[records.LABEL_KEY].numpy())
+    if not days:
+        return None
+    found = np.array([d.decode() for d in np.concatenate(days)], dtype=object)
+    if not any(found):
+        return None
+    return found, np.concatenate(labels)

@@ -29,6 +29,32 @@ def check_rows(blessing: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def day_rows(metrics: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(day, examples, accuracy) of each drop day of the eval split, as text; [] when its
+    examples carry no day."""
+    return [
+        (row["day"] or "no day", f"{row['num_examples']:,}", f"{row['accuracy']:.4f}")
+        for row in metrics.get("accuracy_by_day") or []
+    ]
+
+
+def day_table(metrics: dict[str, Any]) -> list[str]:
+    """The Markdown section of the accuracy per drop day, or no lines without days."""
+    rows = day_rows(metrics)
+    if not rows:
+        return []
+    return [
+        "## Accuracy by drop day",
+        "",
+        "The eval examples grouped by the day of the drop they came from.",
+        "",
+        "| day | examples | accuracy |",
+        "|---|---|---|",
+        *[f"| {' | '.join(row)} |" for row in rows],
+        "",
+    ]
+
+
 def baseline_line(blessing: dict[str, Any]) -> str:
     """One sentence on the candidate against the last blessed model on the same eval set."""
     base = blessing.get("baseline")
@@ -121,6 +147,7 @@ def render(metrics: dict[str, Any], blessing: dict[str, Any], push: dict[str, An
         f"| macro recall | {metrics['macro_avg']['recall']:.4f} |",
         f"| macro F1 | {metrics['macro_avg']['f1']:.4f} |",
         "",
+        *day_table(metrics),
         f"## Blessing: {verdict}",
         "",
         baseline_line(blessing),

@@ -41,6 +41,7 @@ split <code>$split</code> ($num_examples examples, read once in full).</p>
 <tr><th>metric</th><th>value</th></tr>
 $metric_rows
 </table>
+$by_day
 <h2>Blessing: <span class="$verdict_class">$verdict</span></h2>
 <p id="baseline">$baseline</p>
 <p id="comparison">$comparison</p>
@@ -79,6 +80,23 @@ def data_uri(png: bytes) -> str:
 
 def _cells(values: list[str]) -> str:
     return "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>"
+
+
+def _day_section(metrics: dict[str, Any]) -> str:
+    """The table of accuracy per drop day, or "" when the eval examples carry no day."""
+    rows = report.day_rows(metrics)
+    if not rows:
+        return ""
+    return "\n".join(
+        [
+            "<h2>Accuracy by drop day</h2>",
+            "<p>The eval examples grouped by the day of the drop they came from.</p>",
+            '<table id="by-day">',
+            "<tr><th>day</th><th>examples</th><th>accuracy</th></tr>",
+            *[_cells(list(row)) for row in rows],
+            "</table>",
+        ]
+    )
 
 
 def render(
@@ -120,6 +138,7 @@ def render(
         split=html.escape(str(dataset["split"])),
         num_examples=f"{metrics['num_examples']:,}",
         metric_rows="\n".join(_cells([name, f"{value:.4f}"]) for name, value in metric_rows),
+        by_day=_day_section(metrics),
         verdict_class="blessed" if blessed else "not-blessed",
         verdict="blessed" if blessed else "not blessed",
         baseline=html.escape(report.baseline_line(blessing)),

@@ -3,14 +3,15 @@
     python -m pipeline rollback --to 2026-01-29 [--output-root R] [--reason TEXT] [--dry-run]
 
 Under the pointer's lock: the night's model is checked against the sha256 its evaluation
-recorded, `latest.json` is moved to it, every served version newer than its version is moved
-out of the served folder into quarantine (not deleted; evaluate.served) so TF Serving's
-default policy, the highest version, serves it again, and a quarantined copy of its own version
-is moved back when the served folder lacks it. The nights rolled back past are marked
-(`<date>/evaluate/rolled_back.json`), so no later step returns to them on its own; the rollback
-itself is recorded in `<output_root>/rollbacks/<UTC time>.json` (who, when, from, to, reason)
-and in the run ledger. The next night is judged against, and warm-started from, the model
-rolled back to.
+recorded and its dataset against the output root's lineage (a night of another dataset
+identity is refused in one line; contract.lineage), `latest.json` is moved to it, every served
+version newer than its version is moved out of the served folder into quarantine (not deleted;
+evaluate.served) so TF Serving's default policy, the highest version, serves it again, and a
+quarantined copy of its own version is moved back when the served folder lacks it. The nights
+rolled back past are marked (`<date>/evaluate/rolled_back.json`), so no later step returns to
+them on its own; the rollback itself is recorded in `<output_root>/rollbacks/<UTC time>.json`
+(who, when, from, to, reason) and in the run ledger. The next night is judged against, and
+warm-started from, the model rolled back to.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from contract import atomic, dates, gfile, history, layout, ledger, pointer
+from contract import atomic, dates, gfile, history, layout, ledger, lineage, pointer
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from evaluate import served
 from evaluate.config import DEFAULT_MODEL_NAME, SERVING_DIR, check_model_name
@@ -79,8 +80,9 @@ def plan(output_root: str, export_base: str, model_name: str, to_date: str) -> P
 
     Raises:
         RollbackError: the date is in the future, was never blessed or pushed, its model is
-            missing or changed, or its served version can be found neither in the served
-            folder nor in quarantine.
+            missing or changed, it is of another dataset identity than the output root's
+            lineage, or its served version can be found neither in the served folder nor in
+            quarantine.
     """
     if dates.parse(to_date) > datetime.datetime.now(datetime.UTC).date():
         raise RollbackError(f"--to {to_date} is in the future: roll back to a night that ran")
@@ -88,6 +90,15 @@ def plan(output_root: str, export_base: str, model_name: str, to_date: str) -> P
         target = history.night_pointer(output_root, to_date)
     except history.NightError as e:
         raise RollbackError(f"cannot roll back to {to_date}: {e}") from None
+    differ = lineage.differences(
+        target.get(pointer.IDENTITY_KEY), lineage.recorded_identity(output_root)
+    )
+    if differ is not None:
+        since = (lineage.read(output_root) or {}).get("since")
+        raise RollbackError(
+            f"cannot roll back to {to_date}: its model is of another dataset than the output "
+            f"root's lineage since {since} ({differ}); roll back to a night of this lineage"
+        )
     versions = served.served_versions(export_base, model_name)
     restore = target["version"] not in versions
     if restore and not _in_quarantine(export_base, model_name, target):

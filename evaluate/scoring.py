@@ -108,3 +108,27 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     out = np.zeros(numerator.shape, np.float64)
     np.divide(numerator, denominator, out=out, where=denominator != 0)
     return out
+
+
+def accuracy_by_day(days: np.ndarray, correct: np.ndarray) -> list[dict[str, Any]]:
+    """Accuracy on the examples of each drop day, oldest day first.
+
+    Args:
+        days: each example's day, YYYY-MM-DD ("" for one without).
+        correct: whether the model got each example right.
+
+    Returns:
+        One {"day", "num_examples", "accuracy"} per day; the examples without a day, if any,
+        last, with day None.
+    """
+    out = []
+    for day in sorted(set(days.tolist()), key=lambda d: (d == "", d)):
+        chosen = days == day
+        out.append(
+            {
+                "day": day or None,
+                "num_examples": int(chosen.sum()),
+                "accuracy": float(correct[chosen].mean()),
+            }
+        )
+    return out

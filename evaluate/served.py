@@ -110,24 +110,18 @@ def _utc_stamp() -> str:
 
 
 def _move_folder(source: str, target: str) -> None:
-    """Moves a version folder: one rename locally; on gs:// a copy, then the source removed
-    marker and graph first, so what is left behind never looks like a finished model."""
+    """Moves a version folder: one rename locally; on gs:// a copy in the order a push copies
+    (graph and marker last, `serving.copy_version`), then the source removed marker and graph
+    first, so neither side ever looks like a finished model before it is one."""
     if not storage.is_remote(source):
         gfile.makedirs(os.path.dirname(target))
         os.rename(source, target)
         atomic.sync_folder(os.path.dirname(target))
         atomic.sync_folder(os.path.dirname(source))
         return
-    files = []
-    for directory, _, names in gfile.walk(source):
-        rel = directory[len(source) :].strip("/")
-        files += [f"{rel}/{name}" if rel else name for name in names]
-    for name in files:
-        destination = layout.join(target, name)
-        gfile.makedirs(destination.rsplit("/", 1)[0])
-        gfile.copy(layout.join(source, name), destination, overwrite=True)
+    serving.copy_version(source, target)
     for name in (serving.PUSH_MARKER, serving.SAVED_MODEL_PB):
-        if name in files:
+        if gfile.exists(layout.join(source, name)):
             gfile.remove(layout.join(source, name))
     gfile.rmtree(source)
 

@@ -227,26 +227,35 @@ def _files_under(folder: str) -> list[str]:
     return sorted(found)
 
 
+def copy_version(source: str, target: str, last_files: tuple[str, ...] = (SAVED_MODEL_PB,)) -> None:
+    """Copies a version folder file by file, as an object store (gs://) moves a folder.
+
+    TF Serving loads a version folder as soon as it lists it and the graph is there, so the
+    format's `last_files` (a SavedModel's graph, without which nothing loads) are copied after
+    every other file and the push marker after everything: a poll never finds a loadable
+    model whose variables are still on their way.
+    """
+    files = _files_under(source)
+    last = [name for name in (*last_files, PUSH_MARKER) if name in files]
+    for name in [f for f in files if f not in last] + last:
+        path = layout.join(target, name)
+        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+        tf.io.gfile.copy(layout.join(source, name), path, overwrite=True)
+
+
 def _move_into_place(staged: str, final: str, last_files: tuple[str, ...]) -> None:
     """Moves a finished version folder into place; the marker appears last.
 
     A local folder moves with one rename, its files and folders flushed to the disk before it
     and the served folder's entry after it, so a power loss never leaves a version folder
-    whose files are empty. On gs:// the files are copied, the format's `last_files` (a
-    SavedModel's graph, without which nothing loads) after the rest and the marker after
-    everything.
+    whose files are empty. On gs:// the files are copied (`copy_version`).
     """
     if not storage.is_remote(final):
         atomic.sync_tree(staged)
         tf.io.gfile.rename(staged, final)
         atomic.sync_folder(final.rsplit("/", 1)[0])
         return
-    files = _files_under(staged)
-    last = [name for name in (*last_files, PUSH_MARKER) if name in files]
-    for name in [f for f in files if f not in last] + last:
-        target = layout.join(final, name)
-        tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
-        tf.io.gfile.copy(layout.join(staged, name), target, overwrite=True)
+    copy_version(staged, final, last_files)
 
 
 def _remove(path: str) -> None:

@@ -17,10 +17,21 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from contract import atomic, dates, gfile, history, layout, manifest, model_code, pointer
+from contract import (
+    atomic,
+    dates,
+    gfile,
+    history,
+    layout,
+    lineage,
+    manifest,
+    model_code,
+    pointer,
+)
 from evaluate import (
     baseline,
     blessing,
@@ -128,6 +139,23 @@ def score_model(
     return metrics, Predictions.from_probabilities(labels, probabilities)
 
 
+def _accuracy_by_day(
+    config: EvaluateConfig, doc: dict[str, Any], candidate: Predictions
+) -> list[dict[str, Any]] | None:
+    """The candidate's accuracy per drop day of the eval split, or None when its examples
+    carry no day (evaluate.data.eval_days)."""
+    found = data.eval_days(config.data_dir, doc)
+    if found is None:
+        return None
+    days, labels = found
+    if not np.array_equal(labels, candidate.labels):
+        raise data.EvalSplitError(
+            f"the eval split in {config.data_dir} was read in another order for its days than "
+            "for scoring; rerun the evaluation"
+        )
+    return scoring.accuracy_by_day(days, candidate.correct)
+
+
 def evaluate_split(config: EvaluateConfig, doc: dict[str, Any]) -> dict[str, Any]:
     """Scores the run's model (`config.model_path`) on the whole eval split."""
     metrics, _ = score_model(config, doc, load_model(config.model_path))
@@ -155,6 +183,7 @@ def _baseline(
         scorer=lambda model: score_model(config, doc, model),
         candidate=candidate,
         confidence=config.confidence,
+        identity=lineage.identity(doc),
     )
 
 
@@ -244,13 +273,16 @@ def _write_report(
     )
 
 
-def _take_back(config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any]) -> str | None:
+def _take_back(
+    config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any], identity: dict[str, Any]
+) -> str | None:
     """Takes the pointer back from this run's model when this evaluation does not bless it.
 
     A re-evaluation with stricter thresholds (`--force-stage evaluate`) can reject the model
     the pointer names; the pointer then returns to the last blessed, not rolled-back night
-    before this date (its served version moved back from quarantine if need be), or is removed
-    when there is none. The caller holds the pointer's lock.
+    before this date of the same dataset `identity` (its served version moved back from
+    quarantine if need be), or is removed when there is none. The caller holds the pointer's
+    lock.
 
     Returns:
         What was done, in one sentence, or None when the pointer names another night's model.
@@ -261,7 +293,7 @@ def _take_back(config: EvaluateConfig, model_sha256: str, verdict: dict[str, Any
     # This date's own model: another night's file with the same bytes is not taken back.
     if current.get("date") != config.date or current.get("model_sha256") != model_sha256:
         return None
-    previous = history.last_blessed_before(config.output_root, config.date)
+    previous = history.last_blessed_before(config.output_root, config.date, identity)
     if previous is None:
         gfile.remove(config.latest_pointer_path)
         said = (
@@ -311,9 +343,11 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             f"not {config.dataset!r}: pass --dataset {doc['dataset']['name']} or rerun preprocess"
         )
     history = read_history(config.history_path)
+    identity = lineage.identity(doc)
     model = load_model(config.model_path)
     metrics, candidate = score_model(config, doc, model)
     metrics["calibration"] = predictions.calibration(candidate)
+    metrics["accuracy_by_day"] = _accuracy_by_day(config, doc, candidate)
     metrics.update(
         {
             "date": config.date,
@@ -329,6 +363,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
                 "manifest": pointer.relative(
                     config.output_root, layout.join(config.data_dir, layout.MANIFEST_FILE)
                 ),
+                "identity": identity,
             },
             "created_utc": datetime.datetime.now(datetime.UTC).isoformat(),
         }
@@ -403,6 +438,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
             "accuracy": metrics["accuracy"],
             "loss": metrics["loss"],
             "dataset": config.dataset,
+            pointer.IDENTITY_KEY: identity,
             "metrics_path": layout.join(out, layout.METRICS_FILE),
             "version": push["version"],
             "updated_utc": verdict["decided_utc"],
@@ -420,7 +456,7 @@ def run(config: EvaluateConfig) -> dict[str, Any]:
         else:
             verdict = decided["verdict"]
             logger.info("not moving the latest pointer: %s", "; ".join(verdict["reasons"]))
-            taken_back = _take_back(config, metrics["model"]["sha256"], verdict)
+            taken_back = _take_back(config, metrics["model"]["sha256"], verdict, identity)
             if taken_back is not None:
                 verdict["reasons"].append(taken_back)
                 atomic.write_json_atomic(layout.join(out, layout.BLESSING_FILE), verdict)

@@ -128,9 +128,11 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
     shaper = ImageShaper(reference, shape, resize)
     sizes = {split: sum(count for _, count in files) for split, files in scanned.files.items()}
     spec = _spec(cfg.dataset, adapter, scanned.version, shaper, scanned.class_names, sizes)
-    reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size)
     if window is None:
+        reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size)
         return Source(spec, reader, files=scanned.files)
+    days = {path: day for files in window.files.values() for path, day in files}
+    reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size, days)
     counts = {path: count for files in scanned.files.values() for path, count in files}
     described = drops.describe(window, counts, drops.window_days(cfg))
     return Source(spec, reader, described, scanned.files)

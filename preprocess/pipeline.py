@@ -85,9 +85,11 @@ def _make_pipeline(options: PipelineOptions) -> beam.Pipeline:
 
 def record_bytes(spec: sources.DatasetSpec) -> int:
     """Bytes of one framed record. Images have a fixed shape, so every record has this size
-    (a label below 128 takes one varint byte less than the largest label)."""
+    (a label below 128 takes one varint byte less than the largest label, and a daily drop's
+    record of an undated file has no day)."""
     image = np.zeros(spec.image_shape, np.uint8)
-    return len(records.encode_example(image, max(0, len(spec.class_names) - 1))) + 16
+    day = "YYYY-MM-DD" if spec.adapter == drops.ADAPTER else None
+    return len(records.encode_example(image, max(0, len(spec.class_names) - 1), day)) + 16
 
 
 def resolve_roles(

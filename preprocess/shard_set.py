@@ -18,8 +18,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from contract import atomic, layout, manifest
-from preprocess import plan, sources, transforms
+from contract import atomic, layout, manifest, records
+from preprocess import drops, plan, sources, transforms
 from preprocess.config import PreprocessConfig
 from preprocess.errors import PreprocessError
 
@@ -134,6 +134,14 @@ def keep_only(staging: str, paths: list[str]) -> None:
                 tf.io.gfile.remove(path)
 
 
+def feature_spec(adapter: str) -> dict[str, str]:
+    """The manifest's description of a record's features (contract.records)."""
+    spec = {records.IMAGE_KEY: "bytes: raw uint8 HxWxC", records.LABEL_KEY: "int64 class index"}
+    if adapter == drops.ADAPTER:
+        spec[records.DAY_KEY] = "bytes: the drop's day, YYYY-MM-DD (absent: an undated file's)"
+    return spec
+
+
 def build_manifest(
     cfg: PreprocessConfig,
     spec: sources.DatasetSpec,
@@ -202,7 +210,7 @@ def build_manifest(
         "image_shape": spec.image_shape,
         "num_classes": len(spec.class_names),
         "class_names": spec.class_names,
-        "feature_spec": {"image": "bytes: raw uint8 HxWxC", "label": "int64 class index"},
+        "feature_spec": feature_spec(spec.adapter),
         "splits": {
             layout.TRAIN_SPLIT: {
                 "num_examples": train.num_train,

@@ -276,7 +276,11 @@ def reference_image(
 
 
 class TFRecordReader:
-    """Reads a range of one split's records (across its files, in order) as encoded records."""
+    """Reads a range of one split's records (across its files, in order) as encoded records.
+
+    With `days` (file -> the day of the drop it belongs to, for daily drops), each record of a
+    dated file carries its day (contract.records.DAY_KEY).
+    """
 
     def __init__(
         self,
@@ -284,8 +288,10 @@ class TFRecordReader:
         fmt: ExampleFormat,
         shaper: ImageShaper,
         batch_size: int,
+        days: dict[str, str | None] | None = None,
     ):
         self._files = scanned.files
+        self._days = days or {}
         self._kind = scanned.label_kind
         self._index = {name: i for i, name in enumerate(scanned.class_names)}
         self._fmt = fmt
@@ -313,6 +319,7 @@ class TFRecordReader:
             .map(lambda s: tf.io.parse_example(s, spec))
         )
         channels = self._shaper.shape[2]
+        day = self._days.get(path)
         try:
             for batch in dataset.as_numpy_iterator():
                 out = []
@@ -322,7 +329,7 @@ class TFRecordReader:
                     image = decode_image(data, self._fmt, channels, f"a record of {path}")
                     image = self._shaper.conform(image, f"a record of {path}")
                     index = int(label) if self._kind == INT_LABEL else self._index[label.decode()]
-                    out.append(records.encode_example(image, index))
+                    out.append(records.encode_example(image, index, day))
                 yield out
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
             raise _parse_error(path, e, self._fmt) from None

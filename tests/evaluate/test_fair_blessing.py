@@ -8,7 +8,8 @@ import pathlib
 import pytest
 import tf_keras
 
-from contract import atomic, layout
+from contract import atomic, layout, lineage
+from contract import pointer as latest
 from evaluate import paired, predictions, report, run
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE
@@ -35,7 +36,8 @@ def test_the_same_model_as_baseline_is_no_regression_whatever_its_night_recorded
 ):
     # The pointer says the model scored 0.999 on its own night; on this eval set it scores what
     # the candidate scores, so an allowed drop of 0 passes. Compared with the recorded number it
-    # would fail.
+    # would fail. (The pointer, as written before pointers recorded their dataset's identity,
+    # is compared.)
     config = make_config(max_regression=0.0, max_relative_regression=0.0)
     model = tf_keras.models.load_model(config.model_path)
     trained_run.write_blessed_model(str(run_root), BASELINE_DATE, model, recorded_accuracy=0.999)
@@ -124,6 +126,19 @@ def _no_recorded_sha256(run_root, config) -> str:
     return "records no model_sha256"
 
 
+def _another_lineage(run_root, config) -> str:
+    # The same model, so scoring it would work: only the identity the pointer records differs.
+    current = _same_model(run_root, config)
+    doc = atomic.read_json(os.path.join(config.data_dir, layout.MANIFEST_FILE))
+    renamed = ["sandal", *doc["class_names"][1:]]
+    current[latest.IDENTITY_KEY] = lineage.identity(doc) | {"class_names": renamed}
+    atomic.write_json_atomic(os.path.join(run_root, layout.LATEST_POINTER_FILE), current)
+    return (
+        f"it is a model of another dataset lineage (class 0 named 'sandal', not "
+        f"{doc['class_names'][0]!r}): not compared"
+    )
+
+
 def _same_model(run_root, config) -> dict:
     model = tf_keras.models.load_model(config.model_path)
     return trained_run.write_blessed_model(
@@ -133,7 +148,14 @@ def _same_model(run_root, config) -> dict:
 
 @pytest.mark.parametrize(
     "break_baseline",
-    [_other_input_shape, _missing_file, _altered_file, _unloadable_file, _no_recorded_sha256],
+    [
+        _other_input_shape,
+        _missing_file,
+        _altered_file,
+        _unloadable_file,
+        _no_recorded_sha256,
+        _another_lineage,
+    ],
 )
 def test_a_baseline_that_cannot_be_scored_falls_back_to_the_value_threshold(
     make_config, run_root, break_baseline
@@ -150,9 +172,12 @@ def test_a_baseline_that_cannot_be_scored_falls_back_to_the_value_threshold(
     text = pathlib.Path(config.evaluate_dir, report.REPORT_FILE).read_text()
     assert f"The last blessed model ({BASELINE_DATE}) could not be scored on this eval set" in text
     assert metrics["baseline_accuracy"] is None
-    # Blessed on the value threshold: the pointer moves to this run.
+    # Blessed on the value threshold: the pointer moves to this run, and records its dataset.
     pointer = atomic.read_json(os.path.join(run_root, layout.LATEST_POINTER_FILE))
     assert pointer["date"] == DATE
+    doc = atomic.read_json(os.path.join(config.data_dir, layout.MANIFEST_FILE))
+    assert pointer[latest.IDENTITY_KEY] == lineage.identity(doc) == metrics["dataset"]["identity"]
+    assert pointer[latest.IDENTITY_KEY]["class_names"] == doc["class_names"]
 
 
 def test_an_unfinished_evaluation_named_by_the_pointer_is_no_baseline(make_config, run_root):

@@ -38,6 +38,8 @@ def test_report_page_embeds_its_pictures_and_needs_no_other_file(make_config):
     assert f"<td>{metrics['accuracy']:.4f}</td>" in text
     assert "not blessed" in text and "is below min_accuracy 0.9990" in text
     assert "<td>Ankle boot</td>" in text
+    # Not a dataset of daily drops: no accuracy by day (tests/evaluate/test_accuracy_by_day.py).
+    assert metrics["accuracy_by_day"] is None and 'id="by-day"' not in text
 
 
 def test_report_page_escapes_text(make_config):

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import tf_keras
 
-from contract import atomic, history, layout, ledger, pointer
+from contract import atomic, history, layout, ledger, lineage, pointer
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from evaluate import EvaluateConfig, run, served
 from pipeline.__main__ import main
@@ -159,9 +159,31 @@ def _no_calendar_date(root) -> tuple[str, str]:
     return "2026-02-30", "--to"
 
 
+def _another_lineage(root) -> tuple[str, str]:
+    _reset_lineage(root)
+    return NIGHTS[0], "its model is of another dataset than the output root's lineage since"
+
+
+def _reset_lineage(root) -> dict:
+    """Records a lineage of another dataset (the same images, other classes) since 2026-02-01."""
+    doc = atomic.read_json(str(root / NIGHTS[0] / "data" / layout.MANIFEST_FILE))
+    other = doc | {"class_names": [f"kind {i}" for i in range(len(doc["class_names"]))]}
+    (root / "data_gate").mkdir(exist_ok=True)
+    lineage.record(str(root), other, "2026-02-01", "reset_schema")
+    return other
+
+
 @pytest.mark.parametrize(
     "breaks",
-    [_future, _never_blessed, _never_ran, _changed_model, _missing_model, _no_calendar_date],
+    [
+        _future,
+        _never_blessed,
+        _never_ran,
+        _changed_model,
+        _missing_model,
+        _no_calendar_date,
+        _another_lineage,
+    ],
 )
 def test_a_rollback_that_cannot_be_done_is_one_line_and_changes_nothing(
     three_nights, capsys, breaks
@@ -201,3 +223,19 @@ def test_a_rollback_alerts_through_notify_and_the_ledger_names_the_alert(three_n
     assert f"rolled back from {NIGHTS[2]} to {NIGHTS[1]}" in reason and "a bad drop" in reason
     (entry,) = [r for r in ledger.read(str(three_nights)) if r["entry_point"] == "rollback"]
     assert entry["alerts"][0]["outcome"] == notify.ROLLBACK
+
+
+def test_a_night_of_another_lineage_is_never_returned_to_but_an_older_record_is(three_nights):
+    root = three_nights
+    own = history.night_pointer(str(root), NIGHTS[1])[pointer.IDENTITY_KEY]
+    other = lineage.identity(_reset_lineage(root))
+    assert history.last_blessed_before(str(root), NIGHTS[2], own)["date"] == NIGHTS[1]
+    assert history.last_blessed_before(str(root), NIGHTS[2], other) is None
+    # A night evaluated before evaluations recorded the dataset's identity is taken.
+    path = root / NIGHTS[1] / "evaluate" / layout.METRICS_FILE
+    metrics = atomic.read_json(str(path))
+    del metrics["dataset"]["identity"]
+    atomic.write_json_atomic(str(path), metrics)
+    assert history.last_blessed_before(str(root), NIGHTS[2], other)["date"] == NIGHTS[1]
+    assert _rollback(root, "--to", NIGHTS[1]) == 0
+    assert pointer.IDENTITY_KEY not in pointer.read(str(root)) and _problems(root) == []

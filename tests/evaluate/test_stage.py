@@ -80,6 +80,12 @@ def test_writes_every_file_and_metrics_last(make_config, monkeypatch):
         "version": "3.0.1",
         "split": "test",
         "manifest": f"{config.date}/data/{layout.MANIFEST_FILE}",
+        "identity": {
+            "adapter": "tfds",
+            "dataset": "fashion_mnist",
+            "image_shape": [28, 28, 1],
+            "class_names": factories.CLASS_NAMES,
+        },
     }
     report = pathlib.Path(os.path.join(out, REPORT_FILE)).read_text()
     assert f"| accuracy | {metrics['accuracy']:.4f} |" in report

@@ -57,6 +57,19 @@ def write_trained_run(
     """
     data_dir = layout.data_dir(output_root, date)
     doc = factories.write_shard_set(data_dir, **shard_kwargs)
+    return train_on_shard_set(output_root, date, doc, epochs, seed)
+
+
+def train_on_shard_set(
+    output_root: str, date: str, doc: dict[str, Any], epochs: int = 2, seed: int = 0
+) -> dict[str, Any]:
+    """Trains the tiny model on `<output_root>/<date>/data` (manifest `doc`) and writes the
+    train stage's files.
+
+    Returns:
+        {"manifest", "model_path", "history"}.
+    """
+    data_dir = layout.data_dir(output_root, date)
     train_images, train_labels = read_split(data_dir, doc, layout.TRAIN_SPLIT)
     val_images, val_labels = read_split(data_dir, doc, layout.VALIDATION_SPLIT)
     model = tiny_model(doc["image_shape"], doc["num_classes"], seed)

@@ -68,6 +68,35 @@ def read_examples(path: pathlib.Path) -> list[tuple[bytes, int]]:
     return out
 
 
+def read_days(path: str) -> dict[bytes, str | None]:
+    """Image bytes -> the day a shard file's record of it carries (None: no day)."""
+    out = {}
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        features = tf.train.Example.FromString(record).features.feature
+        day = features[records.DAY_KEY].bytes_list.value if records.DAY_KEY in features else []
+        out[features[records.IMAGE_KEY].bytes_list.value[0]] = day[0].decode() if day else None
+    return out
+
+
+def drop_days(folder: pathlib.Path) -> dict[bytes, str]:
+    """Image bytes -> the day of the drop that delivered it."""
+    return {
+        image: day.name
+        for day in folder.iterdir()
+        if day.name != "test"
+        for image, _ in read_examples(day / "part-00000.tfrecord")
+    }
+
+
+def split_days(cfg: PreprocessConfig, doc: dict, split: str) -> dict[bytes, str | None]:
+    from contract import manifest
+
+    data_dir = layout.data_dir(cfg.output_root, cfg.date)
+    return {
+        k: v for p in manifest.split_paths(data_dir, doc, split) for k, v in read_days(p).items()
+    }
+
+
 def test_make_drops_deals_the_train_split_into_seeded_dated_drops(drop_folder, tmp_path):
     assert sorted(p.name for p in drop_folder.iterdir()) == [
         "2026-01-01", "2026-01-02", "2026-01-03", "test",
@@ -145,6 +174,13 @@ def test_manifest_lists_the_days_and_files_with_their_sha256(drop_folder, tmp_pa
     held = doc["splits"]["train"]["num_examples"] + doc["splits"]["validation"]["num_examples"]
     assert held == 2 * PER_DAY and doc["splits"]["eval"]["num_examples"] == TEST_EXAMPLES
     assert doc["dataset"]["adapter"] == "drops"
+    # Every record of a dated drop carries its day; the undated test files' records none.
+    assert records.DAY_KEY in doc["feature_spec"]
+    delivered = drop_days(drop_folder)
+    trained = split_days(cfg, doc, "train") | split_days(cfg, doc, "validation")
+    assert len(trained) == 2 * PER_DAY
+    assert trained == {image: delivered[image] for image in trained}
+    assert set(split_days(cfg, doc, "eval").values()) == {None}
 
 
 def run_cli(cfg: PreprocessConfig, capsys, *flags: str) -> str:
@@ -264,7 +300,12 @@ def test_a_held_out_eval_split_never_takes_an_earlier_nights_training_images(dro
         image for image, _ in read_examples(drop_folder / "2026-01-02" / "part-00000.tfrecord")
     }
     assert held[0] & shared == held[1] & shared != set()
-    for doc, images in ((first_doc, held[0]), (second_doc, held[1])):
+    delivered = drop_days(drop_folder)
+    for (cfg, doc), images in zip(nights, held, strict=True):
+        # Each held-out example carries the day of the drop its image came from.
+        days = split_days(cfg, doc, "eval")
+        assert days == {image: delivered[image] for image in images}
+        assert set(days.values()) == set(doc["drops"]["days_read"])
         assert doc["splits"]["eval"]["num_examples"] == len(images)
         assert doc["dataset"]["eval_held_out"]["chosen_by"] == "image sha256"
         assert doc["dataset"]["eval_split"] == "held-out 30% of train by image sha256"
