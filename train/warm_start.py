@@ -18,7 +18,8 @@ from its own earlier model, nor a backfill from a later night's.
 The run starts cold, and says why, when there is no such model (the first night), the pointer
 is unreadable, the model is missing, fails its sha256 or cannot be loaded, its weights differ
 in names or shapes from the model this run builds (another architecture, input shape or number
-of classes), or the pointer names this run's own model.
+of classes), the pointer's dataset identity is not this shard set's (another lineage: a model
+of other classes with the same shapes), or the pointer names this run's own model.
 
 TensorFlow loads only to look at a model or a backup: a launch whose run starts cold for want
 of a pointer or a file settles without it.
@@ -31,7 +32,17 @@ import logging
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from contract import atomic, dates, gfile, history, layout, model_code, pointer, run_lock
+from contract import (
+    atomic,
+    dates,
+    gfile,
+    history,
+    layout,
+    lineage,
+    model_code,
+    pointer,
+    run_lock,
+)
 from train.checks import has_backup_folder, is_settled
 from train.config import WARM_START_SETTLED, ConfigError, TrainConfig
 
@@ -99,6 +110,13 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
         current = earlier
     if not current.get("model_path"):
         return _cold(config, f"the latest pointer {pointer.pointer_path(root)} names no model")
+    other = lineage.differences(current.get(pointer.IDENTITY_KEY), lineage.identity(shard_manifest))
+    if other:
+        return _cold(
+            config,
+            f"the last blessed model (run {current.get('date')}) is a model of another dataset "
+            f"lineage ({other})",
+        )
     path = pointer.resolve(root, str(current["model_path"]))
     date = str(current.get("date", ""))
     own = layout.join(config.train_dir.rstrip("/"), layout.MODEL_FILE)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
-from contract import atomic, layout, pointer
+from contract import atomic, layout, lineage, pointer
 from contract.manifest import read_manifest
 from contract.messages import parse_notice
 from tests.train.conftest import history, train_env, write_small_shard_set
@@ -177,6 +177,23 @@ def test_settle_reads_the_run_the_task_names_not_the_train_dirs_place(data_dir, 
     # The run's own date is the one a retrain never starts from.
     config = settled(data_dir, elsewhere, caplog, output_root=root, date=BLESSED_DATE)
     assert config.warm_start_from == "" and config.cold_start_reason
+
+
+def test_settle_starts_cold_from_a_model_of_another_dataset_lineage(data_dir, tmp_path, caplog):
+    root = str(tmp_path / "runs")
+    path = saved_model(layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE))
+    bless(root, path)  # same shapes: the weights alone would fit
+    ours = lineage.identity(read_manifest(data_dir))
+    doc = pointer.read(root) | {pointer.IDENTITY_KEY: ours}
+    pointer.write(root, doc)
+    assert settled(data_dir, layout.train_dir(root, TONIGHT), caplog).warm_start_from == path
+    other = ours | {"class_names": ["sandal", *ours["class_names"][1:]]}
+    pointer.write(root, doc | {pointer.IDENTITY_KEY: other})
+    config = settled(data_dir, layout.train_dir(root, TONIGHT), caplog)
+    assert config.warm_start_from == ""
+    assert "is a model of another dataset lineage (class 0 named 'sandal'" in (
+        config.cold_start_reason
+    )
 
 
 @pytest.mark.parametrize(
