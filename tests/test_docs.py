@@ -4,7 +4,9 @@ the blocks marked `<!-- test: run -->` are run, at small size, on a made-up outp
 Checked in every shell block and inline command: each `python -m MODULE` names a module that
 exists (and its subcommand, for the stages' own `preprocess`/`train` commands), each
 `--Section-parameter` names a parameter of that luigi task or config section, each
-`make TARGET` a target of the Makefile, each `luigi --module pipeline TASK` a task.
+`make TARGET` a target of the Makefile, each `luigi --module pipeline TASK` a task. Each whole
+`luigi --module pipeline ...` command of a block is parsed by luigi, with luigi.cfg, and every
+stage it would run checks its settings as it does before scheduling anything.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from pathlib import Path
 
 import luigi
 import pytest
+from luigi.cmdline_parser import CmdlineParser
 
 import pipeline  # noqa: F401 - registers the tasks and config sections with luigi
+from contract.settings import SettingsError
+from pipeline.stage_task import StageTask
 from tests.factories import PROJECT_ROOT
 
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
@@ -149,3 +154,43 @@ def test_a_marked_block_runs(where, block, small_root):
         assert done.returncode == 0, (
             f"{where}: {command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
+
+
+def _luigi_commands() -> list[tuple[str, list[str]]]:
+    """Every `luigi --module pipeline ...` command of the docs' blocks, as its words."""
+    found = []
+    for path in DOCS:
+        for block in _blocks(path):
+            for line in block.replace("\\\n", " ").splitlines():
+                if line.startswith("luigi --module pipeline "):
+                    words = shlex.split(line, comments=True)
+                    found.append((f"{path.name}: {shlex.join(words)}", words[3:]))
+    return found
+
+
+def _stage_tasks(task: luigi.Task) -> list[luigi.Task]:
+    found, todo = [], [task]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, StageTask):
+            found.append(current)
+        todo.extend(luigi.task.flatten(current.requires()))
+    return found
+
+
+@pytest.mark.parametrize(
+    "where, argv", _luigi_commands(), ids=[w.split(": ")[0] for w, _ in _luigi_commands()]
+)
+def test_every_luigi_command_a_doc_shows_has_settings_every_stage_accepts(where, argv, tmp_path):
+    # What luigi checks before it schedules anything, for each stage the command would run:
+    # its settings with luigi.cfg's (the label smoothing beside a module's own loss, say).
+    # A bucket of the docs' is a local folder here: the settings are under test, not storage.
+    argv = [word.replace("gs://BUCKET", str(tmp_path)) for word in argv]
+    with CmdlineParser.global_instance(argv) as parser:
+        tasks = _stage_tasks(parser.get_task_obj())
+        assert tasks, where
+        for task in tasks:
+            try:
+                task.check_parameters()
+            except SettingsError as e:
+                pytest.fail(f"{where}: {type(task).__name__}: {e}")
