@@ -7,7 +7,14 @@ import sys
 
 from contract import layout, pointer, run_lock, settings
 from contract.manifest import ManifestError
-from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
+from contract.messages import (
+    EXIT_BAD_INPUT,
+    EXIT_DISK_FULL,
+    EXIT_FAILED,
+    StageArgumentParser,
+    error_line,
+    no_space_left,
+)
 from evaluate.config import EvaluateConfig
 
 logger = logging.getLogger("evaluate")
@@ -61,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     ) as e:
         print(error_line(str(e)), file=sys.stderr)
         return EXIT_FAILED
+    except Exception as e:
+        if not no_space_left(e):
+            raise
+        # metrics.json, the stage's completion marker, is written last: the night stays
+        # unevaluated, and the pointer moves only after it.
+        print(
+            error_line(
+                f"no space left on device evaluating {config.date} under {config.output_root}: "
+                "free space (`python -m pipeline gc` removes what [Retention] lets go) and rerun "
+                "the evaluate stage; the night is left unevaluated"
+            ),
+            file=sys.stderr,
+        )
+        return EXIT_DISK_FULL
     print(
         f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, "
         f"blessed {metrics['blessed']}, pushed {metrics['push']['pushed']}"

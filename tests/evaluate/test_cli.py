@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
+from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT, EXIT_DISK_FULL
 from evaluate.__main__ import main
 
 
@@ -107,3 +107,27 @@ def test_an_unreadable_latest_pointer_is_refused_in_one_line_before_any_work(
     assert code != 0
     assert len(err) == 1 and "latest pointer" in err[0] and "is unreadable" in err[0], err
     assert not (run_root / DATE / "evaluate").exists()
+
+
+def test_a_full_disk_is_one_line_and_exit_3_and_the_night_stays_unevaluated(
+    run_root, capsys, monkeypatch
+) -> None:
+    from evaluate import stage
+    from tests.evaluate.conftest import DATE
+
+    real_write = stage.atomic.write_bytes_atomic
+
+    def full_disk(path, data, *args, **kwargs):
+        if path.endswith(".png"):
+            with open("/dev/full", "wb") as full:
+                full.write(b"x" * 8192)
+                full.flush()
+        return real_write(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(stage.atomic, "write_bytes_atomic", full_disk)
+    code = main(["--output-root", str(run_root), "--date", DATE, "--min-accuracy", "0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert code == EXIT_DISK_FULL
+    assert len(err) == 1 and f"no space left on device evaluating {DATE}" in err[0], err
+    assert not (run_root / DATE / "evaluate" / "metrics.json").exists()
+    assert not (run_root / "latest.json").exists()
