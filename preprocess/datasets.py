@@ -120,6 +120,7 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
     if adapter == drops.ADAPTER:
         window = drops.select_window(target, cfg)
         drops.check_files(window, fmt, resize is not None)
+        drops.check_sums(window)
         patterns = window.file_lists()
     else:
         patterns = tfrecord_source.parse_patterns(target)

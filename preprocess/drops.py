@@ -12,6 +12,12 @@ from night to night. The records are tf.train.Example with the image and label f
 An earlier day without files is left out with a warning and listed in the manifest; the run's
 own day without files is an error, so old data is never trained on as if it were new. The
 manifest's `drops` section names every day and file (with its sha256) that went in.
+
+A drop may say what it holds: a `SHA256SUMS` file beside its files (`sha256sum`'s format,
+`<hex>  <name>` a line, as `preprocess.make_drops` writes it). Then every file of the folder the
+run would read must be listed with its sha256, and every listed file must be there, or the run
+stops in one line before the job starts: a drop cut short, even between two records (which
+still reads as valid TFRecord), or still being copied is never trained on.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import logging
+import posixpath
 import re
 from typing import Any
 
@@ -30,12 +37,14 @@ from contract.messages import notice_line
 from preprocess import tfrecord_source
 from preprocess.config import PreprocessConfig
 from preprocess.errors import BadInputError
+from preprocess.make_drops import SUMS_FILE
 
 ADAPTER = "drops"
 PLACEHOLDERS = ("{YYYY}", "{MM}", "{DD}")
 DEFAULT_WINDOW_DAYS = 1
 HASH_THREADS = 8
 _PLACEHOLDER = re.compile(r"\{[A-Za-z]*\}")
+_SUM_LINE = re.compile(r"(?P<sum>[0-9a-fA-F]{64}) [ *](?P<name>[^/]+)")
 log = logging.getLogger(__name__)
 
 
@@ -149,7 +158,11 @@ def select_window(target: str, cfg: PreprocessConfig) -> Window:
                 found.update({path: None for path in matched if path not in found})
                 continue
             for day in days:
-                matched = sorted(tf.io.gfile.glob(dated(pattern, day)))
+                matched = [
+                    path
+                    for path in sorted(tf.io.gfile.glob(dated(pattern, day)))
+                    if posixpath.basename(path) != SUMS_FILE  # what a drop says it holds
+                ]
                 if not matched and day == run_day:
                     raise BadInputError(
                         f"no drop for the run's date {cfg.date}: nothing matches "
@@ -211,6 +224,71 @@ def check_files(window: Window, fmt: tfrecord_source.ExampleFormat, resize: bool
                 f"{first} of {'x'.join(map(str, first_shape))}: every drop needs one image "
                 "shape (or pass --resize HxW)"
             )
+
+
+def _read_sums(path: str) -> dict[str, str]:
+    """A SHA256SUMS file's names and sums (`<hex>  <name>` or `<hex> *<name>` a line).
+
+    Raises:
+        BadInputError: a line that is not a sum and a name.
+    """
+    sums = {}
+    with tf.io.gfile.GFile(path, "r") as f:
+        for number, line in enumerate(f.read().splitlines(), 1):
+            if not line.strip():
+                continue
+            match = _SUM_LINE.fullmatch(line.strip())
+            if match is None:
+                raise BadInputError(
+                    f"{path} line {number} is not '<sha256>  <file name>': {line[:80]!r}"
+                )
+            sums[match.group("name")] = match.group("sum").lower()
+    return sums
+
+
+def check_sums(window: Window) -> int:
+    """Checks the files of every folder that holds a SUMS_FILE against it; returns how many
+    files were checked.
+
+    Raises:
+        BadInputError: a file of the window the folder's sums do not list, one whose sha256
+            differs (cut short, changed), or a listed file that is missing.
+    """
+    by_folder: dict[str, list[str]] = {}
+    for path in (p for files in window.files.values() for p, _ in files):
+        by_folder.setdefault(posixpath.dirname(path), []).append(path)
+    checked = 0
+    for folder, paths in sorted(by_folder.items()):
+        sums_path = posixpath.join(folder, SUMS_FILE)
+        if not tf.io.gfile.exists(sums_path):
+            continue
+        listed = _read_sums(sums_path)
+        for path in paths:
+            name = posixpath.basename(path)
+            if name not in listed:
+                raise BadInputError(
+                    f"drop file {path} is not listed in {sums_path}: a drop's files are the ones "
+                    "its sums name; deliver the drop again"
+                )
+        with concurrent.futures.ThreadPoolExecutor(HASH_THREADS) as pool:
+            found = dict(zip(paths, pool.map(atomic.sha256_file, paths), strict=True))
+        for path, sha256 in found.items():
+            if sha256 != listed[posixpath.basename(path)]:
+                raise BadInputError(
+                    f"drop file {path} fails its sha256 in {sums_path} ({sha256[:16]}… is not "
+                    f"{listed[posixpath.basename(path)][:16]}…): the drop was cut short or "
+                    "changed after it was written; deliver the drop again"
+                )
+        absent = sorted(
+            name for name in listed if not tf.io.gfile.exists(posixpath.join(folder, name))
+        )
+        if absent:
+            raise BadInputError(
+                f"{sums_path} lists {', '.join(absent)}, not in {folder}: the drop is "
+                "incomplete (still being copied?); deliver the rest or run another date"
+            )
+        checked += len(paths)
+    return checked
 
 
 def describe(window: Window, counts: dict[str, int], length: int) -> dict[str, Any]:

@@ -11,7 +11,8 @@ int64 `label`). Read them with
     --raw_image_shape 28x28x1 --window_days N
 
 The source files are the ones `make dataset` places in .cache/fashion-mnist, checked against
-their recorded sha256 first. The folder appears whole or not at all.
+their recorded sha256 first. The folder appears whole or not at all, and each of its folders
+holds a SHA256SUMS of its files, which preprocess checks the drop against.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import uuid
 
 import numpy as np
 
+from contract import atomic
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from preprocess.errors import BadInputError, PreprocessError
+
+SUMS_FILE = "SHA256SUMS"  # a drop's own list of its files and their sha256 (`sha256sum`)
 
 DEFAULT_SOURCE_DIR = ".cache/fashion-mnist"
 TEST_FOLDER = "test"
@@ -83,6 +87,17 @@ def day_indices(num_examples: int, days: int, per_day: int | None, seed: int) ->
     return [np.sort(order[day * size : (day + 1) * size]) for day in range(days)]
 
 
+def write_sums(folder: str) -> None:
+    """Writes the folder's SHA256SUMS (`sha256sum`'s format): what the drop holds, so that a
+    drop cut short or still being copied is refused by preprocess (preprocess.drops)."""
+    lines = [
+        f"{atomic.sha256_file(os.path.join(folder, name))}  {name}\n"
+        for name in sorted(os.listdir(folder))
+        if name != SUMS_FILE
+    ]
+    atomic.write_bytes_atomic(os.path.join(folder, SUMS_FILE), "".join(lines).encode())
+
+
 def make_drops(
     out: str,
     days: int,
@@ -129,10 +144,12 @@ def make_drops(
             day = (first + datetime.timedelta(days=number)).isoformat()
             path = os.path.join(staging, day, "part-00000.tfrecord")
             write_records(path, images[indices], labels[indices])
+            write_sums(os.path.dirname(path))
             written.append(day)
         keep = slice(0, test_examples)
         path = os.path.join(staging, TEST_FOLDER, "test-00000.tfrecord")
         write_records(path, test_images[keep], test_labels[keep])
+        write_sums(os.path.dirname(path))
         os.rename(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

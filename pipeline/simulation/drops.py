@@ -13,6 +13,7 @@ from contract.messages import last_error
 from pipeline.simulation import faults
 from pipeline.simulation.config import Settings
 from pipeline.simulation.inspector import INVERT, Inspector
+from preprocess import make_drops
 
 # A corrupt drop keeps this share of its bytes: cut inside a record, as a copy cut short.
 CORRUPT_KEEP = 0.6
@@ -83,6 +84,10 @@ def spoilt(
             yield f"drop cut to {cut_at} of {size} bytes, inside a record"
         else:
             examples = inspector.ask({"op": INVERT, "path": path})["examples"]
+            # Delivered as a drop is, with its sums: the data gate, not the sums, must stop it.
+            make_drops.write_sums(os.path.dirname(path))
             yield f"the drop's {examples} images inverted"
     finally:
         os.replace(saved, path)
+        if fault == faults.DRIFTED_DROP:
+            make_drops.write_sums(os.path.dirname(path))

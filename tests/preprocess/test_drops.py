@@ -312,3 +312,50 @@ def test_a_held_out_eval_split_never_takes_an_earlier_nights_training_images(dro
         assert doc["splits"]["eval"]["duplicates_in_training"] == 0
         kept = doc["splits"]["train"]["num_examples"] + doc["splits"]["validation"]["num_examples"]
         assert kept + len(images) == 2 * PER_DAY
+
+
+def test_make_drops_lists_each_folders_files_with_their_sha256(drop_folder):
+    for folder in ("2026-01-01", "test"):
+        sums = (drop_folder / folder / make_drops.SUMS_FILE).read_text().splitlines()
+        (name,) = [line.split("  ")[1] for line in sums]
+        digest = hashlib.sha256((drop_folder / folder / name).read_bytes()).hexdigest()
+        assert sums == [f"{digest}  {name}"]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        ("cut-between-records", "fails its sha256 in "),
+        ("unlisted-file", "is not listed in "),
+        ("listed-file-missing", "lists part-00001.tfrecord, not in "),
+    ],
+)
+def test_a_drop_that_is_not_what_its_sums_say_is_refused(
+    drop_folder, tmp_path, capsys, spoil, message
+):
+    folder = tmp_path / "drops"
+    shutil.copytree(drop_folder, folder)
+    day = folder / "2026-01-03"
+    drop = day / "part-00000.tfrecord"
+    if spoil == "cut-between-records":
+        # The first 20 records whole: still valid TFRecord, so only the sums can tell.
+        drop.write_bytes(b"".join(_framed_records(drop.read_bytes())[:20]))
+        assert len(read_examples(drop)) == 20
+    elif spoil == "unlisted-file":
+        shutil.copy(folder / "2026-01-02" / "part-00000.tfrecord", day / "part-00009.tfrecord")
+    else:
+        sums = day / make_drops.SUMS_FILE
+        sums.write_text(sums.read_text() + f"{'0' * 64}  part-00001.tfrecord\n")
+    err = run_cli(config(tmp_path, dataset(folder)), capsys, "--window_days=2")
+    assert message in err, err
+
+
+def _framed_records(data: bytes) -> list[bytes]:
+    """A TFRecord file's records with their framing (length, its CRC, data, the data's CRC)."""
+    out, offset = [], 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset : offset + 8], "little")
+        end = offset + 8 + 4 + length + 4
+        out.append(data[offset:end])
+        offset = end
+    return out
