@@ -1,12 +1,13 @@
 """The nightly loop on daily drops through the luigi command line: two dated nights of a rolling
 window end to end (the first, with a day of its window missing, stopped by the data gate until
-one day is allowed), and a drifted drop stopped by the data gate before training."""
+one day is allowed), and a drifted drop after them stopped by the data gate before training."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -55,18 +56,35 @@ def read(path: pathlib.Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_two_nights_on_a_rolling_window_of_drops(drop_folder, tmp_path):
-    root = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def two_nights(drop_folder, tmp_path_factory) -> dict:
+    """The first two nights in one root, run once: the first refused by the gate for a missing
+    day, then let through with one day enough; the second on a full window."""
+    root = tmp_path_factory.mktemp("nights") / "runs"
     # The first night's window has one of its two days: the gate stops it, unless told that
     # one day is enough.
     short = luigi(root, drop_folder, "2026-01-01")
+    schema_after_short = (root / "data_gate" / "schema.pbtxt").exists()
+    first = luigi(root, drop_folder, "2026-01-01", "--DataGate-min-window-days=1")
+    second = luigi(root, drop_folder, "2026-01-02")
+    return {
+        "root": root,
+        "short": short,
+        "schema_after_short": schema_after_short,
+        "first": first,
+        "second": second,
+    }
+
+
+def test_two_nights_on_a_rolling_window_of_drops(two_nights):
+    root, short = two_nights["root"], two_nights["short"]
     assert short.returncode == RETCODE_TASK_FAILED
     assert "[preprocess] drops: no files for 2025-12-31 in the 2-day window" in short.stderr
     assert "has files for 1 of its days (none for 2025-12-31), fewer than min_window_days 2" in (
         short.stdout + short.stderr
     )
-    assert not (root / "data_gate" / "schema.pbtxt").exists()
-    first = luigi(root, drop_folder, "2026-01-01", "--DataGate-min-window-days=1")
+    assert not two_nights["schema_after_short"]
+    first = two_nights["first"]
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = read(root / "2026-01-01" / "data" / "manifest.json")
     assert manifest["drops"]["missing_days"] == ["2025-12-31"]
@@ -75,7 +93,7 @@ def test_two_nights_on_a_rolling_window_of_drops(drop_folder, tmp_path):
     assert gate["status"] == "passed" and gate["schema"]["inferred_now"] is True
     assert (root / "2026-01-01" / "evaluate" / "metrics.json").is_file()
 
-    second = luigi(root, drop_folder, "2026-01-02")
+    second = two_nights["second"]
     assert second.returncode == 0, second.stderr[-3000:]
     manifest = read(root / "2026-01-02" / "data" / "manifest.json")
     assert manifest["drops"]["days_read"] == ["2026-01-01", "2026-01-02"]
@@ -102,20 +120,18 @@ def write_drifted_drop(folder: pathlib.Path) -> None:
             writer.write(records.encode_example(images[i], int(labels[i])))
 
 
-def test_a_drifted_drop_stops_before_train_and_the_override_lets_it_through(drop_folder, tmp_path):
+def test_a_drifted_drop_stops_before_train_and_the_override_lets_it_through(
+    drop_folder, two_nights, tmp_path
+):
+    # After the two nights (a copy of their root), the same dataset's next day's drop drifted:
+    # it lands in the same folder of drops, as another folder would be another dataset, which
+    # the root's lineage refuses before the gate looks.
+    assert two_nights["second"].returncode == 0, two_nights["second"].stderr[-3000:]
     root = tmp_path / "runs"
-    # The same dataset (one folder of drops) whose next day's drop drifted: another folder
-    # would be another dataset, which the root's lineage refuses before the gate looks.
-    drifted = tmp_path / "drops"
-    drifted.mkdir()
-    for name in os.listdir(drop_folder):
-        if name != "2026-01-03":
-            (drifted / name).symlink_to(drop_folder / name)
-    first = luigi(root, drifted, "2026-01-02", task="DataGate")
-    assert first.returncode == 0, first.stderr[-3000:]
-    write_drifted_drop(drifted / "2026-01-03")
+    shutil.copytree(two_nights["root"], root, symlinks=True)
+    write_drifted_drop(drop_folder / "2026-01-03")
 
-    stopped = luigi(root, drifted, "2026-01-03", "--Preprocess-window-days=1")
+    stopped = luigi(root, drop_folder, "2026-01-03", "--Preprocess-window-days=1")
     assert stopped.returncode == RETCODE_TASK_FAILED
     output = stopped.stdout + stopped.stderr
     assert "data gate: the label distribution moved by L-infinity" in output
@@ -126,7 +142,8 @@ def test_a_drifted_drop_stops_before_train_and_the_override_lets_it_through(drop
     assert not (night / "train").exists() and not (night / "data" / "data_gate.json").exists()
 
     accepted = luigi(
-        root, drifted, "2026-01-03", "--Preprocess-window-days=1", "--DataGate-accept-anomalies",
+        root, drop_folder, "2026-01-03", "--Preprocess-window-days=1",
+        "--DataGate-accept-anomalies",
         task="DataGate",
     )  # fmt: skip
     assert accepted.returncode == 0, accepted.stderr[-3000:]

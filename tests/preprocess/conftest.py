@@ -79,23 +79,29 @@ def tiny_tfds(tiny_sources, tmp_path_factory) -> str:
     return data_dir
 
 
+def tiny_config(tiny_tfds: str, tiny_sources: tuple[str, str], **overrides) -> PreprocessConfig:
+    """A PreprocessConfig over the tiny dataset with `overrides`, which give its output_root."""
+    values = {
+        "date": "2026-01-31",
+        "dataset": "fashion_mnist",
+        "num_workers": 4,
+        "validation_fraction": 0.1,
+        "data_dir": tiny_tfds,
+        "manual_dir": tiny_sources[0],
+        "manual_checksums": tiny_sources[1],
+        "read_chunk_size": 128,
+        "batch_size": 50,
+    }
+    return PreprocessConfig(**(values | overrides))
+
+
 @pytest.fixture
 def make_config(tiny_tfds, tiny_sources, tmp_path):
     """Builds a PreprocessConfig over the tiny dataset, writing under tmp_path/runs."""
 
     def make(**overrides) -> PreprocessConfig:
-        values = {
-            "output_root": str(tmp_path / "runs"),
-            "date": "2026-01-31",
-            "dataset": "fashion_mnist",
-            "num_workers": 4,
-            "validation_fraction": 0.1,
-            "data_dir": tiny_tfds,
-            "manual_dir": tiny_sources[0],
-            "manual_checksums": tiny_sources[1],
-            "read_chunk_size": 128,
-            "batch_size": 50,
-        }
-        return PreprocessConfig(**(values | overrides))
+        return tiny_config(
+            tiny_tfds, tiny_sources, **({"output_root": str(tmp_path / "runs")} | overrides)
+        )
 
     return make

@@ -14,6 +14,7 @@ import pytest
 from contract import layout, manifest
 from preprocess import dask_cluster, run_preprocess
 from tests import factories
+from tests.preprocess.conftest import tiny_config
 from tests.preprocess.test_stage import data_dir_of, file_bytes
 
 pytestmark = pytest.mark.slow
@@ -44,21 +45,28 @@ def comparable(data_dir: str) -> dict:
     return doc
 
 
-def _direct_run_and_dask_flags(make_config):
-    """A DirectRunner shard set, built, and the config and stage flags of the same on Dask."""
-    direct = make_config(output_root=make_config().output_root + "-direct", max_records_per_file=40)
+@pytest.fixture(scope="module")
+def direct(tiny_tfds, tiny_sources, tmp_path_factory):
+    """The DirectRunner's shard set that each Dask run must match, built once; its config."""
+    output_root = str(tmp_path_factory.mktemp("direct") / "runs")
+    config = tiny_config(tiny_tfds, tiny_sources, output_root=output_root, max_records_per_file=40)
+    run_preprocess(config)
+    return config
+
+
+def _on_dask_and_flags(make_config):
+    """The config and stage flags of the direct run's shard set, on Dask."""
     on_dask = make_config(max_records_per_file=40)
-    run_preprocess(direct)
     flags = [
         f"--{name}={value}"
         for name, value in dataclasses.asdict(on_dask).items()
         if value is not None and not isinstance(value, bool)
     ]
-    return direct, on_dask, flags
+    return on_dask, flags
 
 
-def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster):
-    direct, on_dask, flags = _direct_run_and_dask_flags(make_config)
+def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster, direct):
+    on_dask, flags = _on_dask_and_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner",
             f"--dask_client_address={cluster['address']}"]  # fmt: skip
     result = subprocess.run(
@@ -116,10 +124,10 @@ def test_cluster_command_starts_reports_and_stops_its_own_processes(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: --workers must be at least 1")
 
 
-def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(make_config):
+def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(make_config, direct):
     # The run starts a loopback LocalCluster in its own process and ships the code to its
     # workers only; the shard set is still the DirectRunner's, byte for byte.
-    direct, on_dask, flags = _direct_run_and_dask_flags(make_config)
+    on_dask, flags = _on_dask_and_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner"]
     result = subprocess.run(
         args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
