@@ -10,7 +10,7 @@ Schema (version 1), written last by the preprocess stage as `<data dir>/manifest
                   "held-out 10% of train (seed 0)" when it was cut from the train split by
                   the rank of the seed's hash, "held-out 10% of train by image sha256" when
                   daily drops' eval was cut by each image's sha256),
-                  "eval_held_out": {"fraction": float, "of_split": str, "seed": str,
+                  "eval_held_out": {"fraction": float, "of_split": str, "seed": int,
                                     "num_examples": int, "chosen_by": "rank of the seed's
                                     hash" | "image sha256"} (only when it was cut)},
       "parameters": {...the preprocess parameters...},

@@ -129,8 +129,8 @@ class PreprocessConfig:
             "empty when it holds encoded images (PNG, JPEG, GIF, BMP)."
         },
     )
-    seed: str = dataclasses.field(
-        default="0",
+    seed: int = dataclasses.field(
+        default=0,
         metadata={
             "help": "Mixed into the keys that order and assign records; same seed, same shards."
         },
@@ -187,6 +187,8 @@ class PreprocessConfig:
             )
         if not 0.0 < self.eval_fraction < 1.0:
             raise BadInputError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.seed < 0:
+            raise BadInputError(f"seed must be 0 or more, got {self.seed}")
         if self.max_eval_overlap < 0:
             raise BadInputError(
                 f"max_eval_overlap must be at least 0 (a number of eval examples), "

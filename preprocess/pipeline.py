@@ -171,7 +171,7 @@ def _build_pipeline(
         plans_and_bits[EVAL_ROLE] = (plans[EVAL_ROLE], plans_and_bits[TRAIN_ROLE][1])
         hold_out = (EVAL_ROLE, cfg.eval_fraction)
     written = chunks | "Shard" >> transforms.ShardSplits(
-        plans_and_bits, cfg.seed, staging, reader, hold_out
+        plans_and_bits, str(cfg.seed), staging, reader, hold_out
     )
     counted = written | "CountFileStatistics" >> beam.Map(
         statistics.file_counts,

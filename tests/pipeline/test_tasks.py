@@ -83,7 +83,7 @@ def write_manifest(root, **parameters) -> None:
     ("recorded", "named"),
     [
         ({"validation_fraction": 0.2}, "validation_fraction 0.2 (now 0.1)"),
-        ({"seed": "7"}, "seed '7' (now '0')"),
+        ({"seed": "7"}, "seed '7' (now 0)"),
         ({"num_workers": 3}, "num_workers 3 (now 2)"),
         ({"dataset": "mnist"}, "dataset 'mnist' (now 'fashion_mnist')"),
         ({"train_split": "train[:50%]"}, "train_split 'train[:50%]' (now 'train')"),

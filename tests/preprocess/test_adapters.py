@@ -87,7 +87,7 @@ def test_image_folder_without_a_test_split_holds_out_eval_by_the_seed(flat_folde
     written = [e for split in layout.SPLITS for e in split_examples(cfg, doc, split)]
     assert sorted(written) == source_examples()
     # Another seed cuts another eval split; the same seed the same one.
-    other = run_preprocess(config(tmp_path, cfg.dataset, date="2026-02-01", seed="1"))
+    other = run_preprocess(config(tmp_path, cfg.dataset, date="2026-02-01", seed=1))
     again = run_preprocess(config(tmp_path, cfg.dataset, date="2026-02-02"))
     first = split_examples(cfg, doc, "eval")
     second = split_examples(config(tmp_path, cfg.dataset, date="2026-02-01"), other, "eval")

@@ -88,6 +88,7 @@ def test_run_bad_input_is_one_line_without_traceback(tiny_tfds, tmp_path):
         (["--num_workers=1000"], "error: num_workers 1000 is larger than the 270 training"),
         (["--validation_fraction=nan"], "error: validation_fraction must be in [0, 1), got nan"),
         (["--eval_fraction=inf"], "error: eval_fraction must be in (0, 1), got inf"),
+        (["--seed=-1"], "error: seed must be 0 or more, got -1"),
         (
             ["--num_worker=4"],
             "error: unknown argument(s) --num_worker=4 (did you mean --num_workers?): neither",

@@ -35,13 +35,13 @@ def test_command_gives_the_stage_every_parameter():
         beam_args="--runner=DataflowRunner --project=p",
         train_split="train[:90%]",
         eval_split="train[90%:]",
-        seed="7",
+        seed=7,
     )
     command = task.command()
     assert command[:4] == [sys.executable, "-m", "preprocess", "run"]
     cfg, beam_args = parse_stage_command(command)
     assert (cfg.output_root, cfg.date, cfg.num_workers) == ("gs://bucket/runs", "2026-01-31", 3)
-    assert (cfg.validation_fraction, cfg.manual_dir, cfg.seed) == (0.2, "/src", "7")
+    assert (cfg.validation_fraction, cfg.manual_dir, cfg.seed) == (0.2, "/src", 7)
     assert (cfg.train_split, cfg.eval_split, cfg.resize) == ("train[:90%]", "train[90%:]", "")
     assert cfg.overwrite is False
     assert beam_args == ["--runner=DataflowRunner", "--project=p"]
