@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from contract import atomic, dates, gfile, history, layout, ledger, lineage, pointer
+from contract import atomic, dates, gfile, history, layout, ledger, lineage, pointer, served_target
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from evaluate import served
 from evaluate.config import DEFAULT_MODEL_NAME, SERVING_DIR, check_model_name
@@ -204,20 +204,7 @@ def parse_args(argv: list[str] | None, defaults: dict[str, str]) -> Any:
         "and newer served versions into quarantine.",
     )
     parser.add_argument("--to", required=True, help="The blessed night to roll back to.")
-    parser.add_argument(
-        "--output-root", default=defaults.get("output_root", "runs"), help="The output root."
-    )
-    parser.add_argument(
-        "--export-base",
-        default=defaults.get("export_base"),
-        help="Where served versions live (default: luigi.cfg's [Evaluate] export_base, else "
-        "<output_root>/serving).",
-    )
-    parser.add_argument(
-        "--model-name",
-        default=defaults.get("model_name", DEFAULT_MODEL_NAME),
-        help="The served model's name.",
-    )
+    served_target.add_flags(parser, defaults, DEFAULT_MODEL_NAME)
     parser.add_argument("--reason", default="not given", help="Why, for the record.")
     parser.add_argument(
         "--dry-run", action="store_true", help="Print what would move; move nothing."

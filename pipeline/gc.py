@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Any
 
-from contract import gfile, ledger, storage
+from contract import gfile, ledger, served_target, storage
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from evaluate.config import DEFAULT_MODEL_NAME, check_model_name
 from pipeline import retention, retention_config, status
@@ -30,21 +30,8 @@ def parse_args(argv: list[str], defaults: dict[str, str]) -> Any:
         prog="python -m pipeline gc",
         description="Remove what luigi.cfg's [Retention] lets go of an output root.",
     )
-    parser.add_argument(
-        "--output-root",
-        default=defaults.get("output_root") or status.default_output_root(),
-        help="The output root (default: luigi.cfg's [Preprocess] output_root).",
-    )
-    parser.add_argument(
-        "--export-base",
-        default=defaults.get("export_base"),
-        help="Where served versions live (default: luigi.cfg's [Evaluate] export_base, else "
-        "<output_root>/serving).",
-    )
-    parser.add_argument(
-        "--model-name",
-        default=defaults.get("model_name", DEFAULT_MODEL_NAME),
-        help="The served model's name.",
+    served_target.add_flags(
+        parser, {"output_root": status.default_output_root(), **defaults}, DEFAULT_MODEL_NAME
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="Print what would be removed; remove nothing."
