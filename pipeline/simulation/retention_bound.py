@@ -97,11 +97,17 @@ def occupancy(
         model = os.path.join(night, "train", "model.keras")
         if not os.path.exists(model):
             continue
-        blessed = _read_json(os.path.join(night, "evaluate", "blessing.json")).get("blessed")
+        verdict = _read_json(os.path.join(night, "evaluate", "blessing.json"))
+        blessed = verdict.get("blessed")
         found[BLESSED_MODELS if blessed else NOT_BLESSED_MODELS].append(_size(model))
-        age = (today - datetime.date.fromisoformat(name)).days
+        # Days since the verdict, as [Retention] counts them (a night judged late, as these
+        # past dates are, keeps its model its full days); its date when the verdict says none.
+        decided = str(verdict.get("decided_utc") or name)[:10]
+        age = (today - datetime.date.fromisoformat(decided)).days
         if not blessed and days and age > days:
-            violations.append(f"{name}'s model, not blessed, is {age} days old (over {days})")
+            violations.append(
+                f"{name}'s model, not blessed, was judged {age} days ago (over {days})"
+            )
     if os.path.isdir(served_dir):
         for name in os.listdir(served_dir):
             if name.isdigit():

@@ -272,3 +272,21 @@ def test_seven_nights_with_every_fault_pass_every_check(tmp_path):
     for number, text in wanted.items():
         assert text in rows[number - 1], rows[number - 1]
     assert "killed in Evaluate" in rows[1]
+
+
+def test_the_disk_check_counts_a_not_blessed_models_days_from_its_verdict(tmp_path):
+    served_dir = str(tmp_path / "serving" / MODEL_NAME)
+    today = datetime.date(2026, 3, 1)
+    for date, decided in (("2026-01-10", "2026-02-20T01:30:00+00:00"), (DATE, None)):
+        (tmp_path / date / "evaluate").mkdir(parents=True)
+        (tmp_path / date / "evaluate" / "metrics.json").write_text("{}")
+        verdict = {"blessed": False} | ({"decided_utc": decided} if decided else {})
+        (tmp_path / date / "evaluate" / "blessing.json").write_text(json.dumps(verdict))
+        (tmp_path / date / "train").mkdir()
+        (tmp_path / date / "train" / "model.keras").write_bytes(b"m")
+    # 2026-01-10, judged on 2026-02-20, is 9 days past its verdict: kept. DATE's verdict has
+    # no time, so its date counts: 30 days, over the 14.
+    check = checks.disk(retention_bound.occupancy(str(tmp_path), served_dir, RETENTION, today))
+    assert not check.ok
+    assert f"{DATE}'s model, not blessed, was judged 30 days ago (over 14)" in check.detail
+    assert "2026-01-10" not in check.detail
