@@ -60,8 +60,8 @@ nightly-demo: setup dataset
 
 # A year of nights, simulated: consecutive nights on small daily drops with faults injected
 # (killed stages, bad drops, a worse model, a missed night, a rollback, a full disk), every night
-# checked (pipeline/simulate.py; docs/operations.md). NIGHTS=60 took 45 minutes on a shared
-# 2-core VM; as root the output root is a tmpfs. SIM_ROOT is replaced when it holds an earlier
+# checked (pipeline/simulate.py; docs/operations.md). NIGHTS=60 took 18 to 45 minutes on
+# 2-core VMs; as root the output root is a tmpfs. SIM_ROOT is replaced when it holds an earlier
 # simulation; e.g. `make simulate NIGHTS=7 SIM_ARGS=--faults=2:kill-train`.
 NIGHTS ?= 60
 SIM_ROOT ?= runs-simulation
