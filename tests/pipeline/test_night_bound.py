@@ -26,7 +26,7 @@ def bound(seconds_from_now: float) -> runner.Deadline:
 
 
 def test_a_stage_running_at_the_deadline_is_stopped_with_its_whole_tree(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "_deadline", bound(1.0))
+    monkeypatch.setattr(runner, "_deadline", bound(3.0))  # room for a slow VM to spawn
     log = tmp_path / "stage.log"
     with pytest.raises(runner.StageFailed) as failure:
         runner.run_stage(Recorder(key=str(tmp_path)), "train", python(SPAWNER), str(log))
@@ -118,12 +118,15 @@ def stuck_dataset(tmp_path) -> str:
 
 def test_a_stuck_night_fails_at_its_bound_and_its_record_says_so(tmp_path, stuck_dataset):
     root = tmp_path / "runs"
-    # 7.2 s: luigi starts the stage well within it, and the stage never ends by itself.
-    result = run(full_run_command(root, f"--dataset={stuck_dataset}", "--max-hours=0.002"))
+    # 14.4 s: luigi starts the stage well within it, on a slow VM too, and the stage never
+    # ends by itself.
+    result = run(full_run_command(root, f"--dataset={stuck_dataset}", "--max-hours=0.004"))
     assert result.returncode == RETCODE_TASK_FAILED, result.stderr[-3000:]
     (record,) = ledger.read(str(root))
     assert (record["outcome"], record["stage"]) == (ledger.FAILED, "Preprocess")
-    prefix = "night exceeded [FullRun] max_hours=0.002 (7s): the preprocess stage was stopped after"
+    prefix = (
+        "night exceeded [FullRun] max_hours=0.004 (14s): the preprocess stage was stopped after"
+    )
     assert record["reason"].startswith(prefix)
     assert "[preprocess] FAILED after " in result.stderr and f"s: {prefix}" in result.stderr
     data = root / DATE / "data"
