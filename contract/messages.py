@@ -110,7 +110,7 @@ def no_space_left(error: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno == errno.ENOSPC:
             return True
-        if "No space left on device" in str(current):
+        if "No space left" in str(current):
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -26,7 +26,7 @@ import luigi.configuration
 from contract import atomic, dates, gfile, history, layout, ledger
 from contract.messages import EXIT_BAD_INPUT, StageArgumentParser, error_line
 from pipeline import night_alerts, notify
-from pipeline.terminal import format_duration
+from pipeline.terminal import format_duration, format_size
 
 DEFAULT_NIGHTS = 14
 MISSING = "missing"
@@ -176,14 +176,6 @@ def catch_up_line(rows: list[dict[str, Any]], command: str) -> str:
     return f"{count} to rerun ({listed}); in date order: {command}"
 
 
-def _size(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
 def accuracy_text(row: dict[str, Any]) -> str:
     """`0.9123 [-0.004, +0.006]` with the blessing's interval of the change, else `0.9123`."""
     if not isinstance(row["accuracy"], (int, float)):
@@ -208,7 +200,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 accuracy_text(row),
                 "-" if row["served_version"] is None else str(row["served_version"]),
                 "-" if wall is None else format_duration(wall),
-                _size(row["disk_bytes"]) if row["disk_bytes"] else "-",
+                format_size(row["disk_bytes"]) if row["disk_bytes"] else "-",
                 str(row["attempts"]),
                 note,
             )

@@ -19,6 +19,15 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+def format_size(count: float) -> str:
+    """`12.3 MiB`, or `843 B`, for a number of bytes."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
 class StageProgress:
     """Prints a stage's start, end or failure, and an epoch line per `PROGRESS` line."""
 

@@ -116,11 +116,12 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
         files = {split: [(path, 1) for path, _ in images] for split, images in listing.items()}
         return Source(spec, reader, files=files)
     fmt = tfrecord_source.ExampleFormat(cfg.image_feature, cfg.label_feature, cfg.raw_shape())
-    window = None
+    window: drops.Window | None = None
+    hashed: dict[str, str] | None = None
     if adapter == drops.ADAPTER:
         window = drops.select_window(target, cfg)
         drops.check_files(window, fmt, resize is not None)
-        drops.check_sums(window)
+        hashed = drops.check_sums(window)
         patterns = window.file_lists()
     else:
         patterns = tfrecord_source.parse_patterns(target)
@@ -135,7 +136,7 @@ def open_source(cfg: PreprocessConfig, data_dir: str) -> Source:
     days = {path: day for files in window.files.values() for path, day in files}
     reader = tfrecord_source.TFRecordReader(scanned, fmt, shaper, cfg.batch_size, days)
     counts = {path: count for files in scanned.files.values() for path, count in files}
-    described = drops.describe(window, counts, drops.window_days(cfg))
+    described = drops.describe(window, counts, drops.window_days(cfg), hashed)
     return Source(spec, reader, described, scanned.files)
 
 

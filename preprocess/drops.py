@@ -246,9 +246,12 @@ def _read_sums(path: str) -> dict[str, str]:
     return sums
 
 
-def check_sums(window: Window) -> int:
-    """Checks the files of every folder that holds a SUMS_FILE against it; returns how many
-    files were checked.
+def check_sums(window: Window) -> dict[str, str]:
+    """Checks the files of every folder that holds a SUMS_FILE against it.
+
+    Returns:
+        The sha256 of every file checked, by path (`describe` takes them instead of hashing
+        those files again).
 
     Raises:
         BadInputError: a file of the window the folder's sums do not list, one whose sha256
@@ -257,7 +260,7 @@ def check_sums(window: Window) -> int:
     by_folder: dict[str, list[str]] = {}
     for path in (p for files in window.files.values() for p, _ in files):
         by_folder.setdefault(posixpath.dirname(path), []).append(path)
-    checked = 0
+    checked: dict[str, str] = {}
     for folder, paths in sorted(by_folder.items()):
         sums_path = posixpath.join(folder, SUMS_FILE)
         if not tf.io.gfile.exists(sums_path):
@@ -287,21 +290,26 @@ def check_sums(window: Window) -> int:
                 f"{sums_path} lists {', '.join(absent)}, not in {folder}: the drop is "
                 "incomplete (still being copied?); deliver the rest or run another date"
             )
-        checked += len(paths)
+        checked.update(found)
     return checked
 
 
-def describe(window: Window, counts: dict[str, int], length: int) -> dict[str, Any]:
+def describe(
+    window: Window, counts: dict[str, int], length: int, hashed: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The manifest's `drops` section: the window, and every file read with its sha256.
 
     Args:
         window: the selected files.
         counts: records per file.
         length: the window's length in days.
+        hashed: sha256s already taken, by path (`check_sums`'); the other files are hashed.
     """
     paths = [p for split in sorted(window.files) for p, _ in window.files[split]]
+    sums = dict(hashed or {})
+    todo = [path for path in paths if path not in sums]
     with concurrent.futures.ThreadPoolExecutor(HASH_THREADS) as pool:
-        sums = dict(zip(paths, pool.map(atomic.sha256_file, paths), strict=True))
+        sums.update(zip(todo, pool.map(atomic.sha256_file, todo), strict=True))
     sizes = {path: tf.io.gfile.stat(path).length for path in paths}
     read = sorted({day for files in window.files.values() for _, day in files if day})
     return {

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from contract import layout, run_lock, settings, storage
+from contract import run_lock, settings, storage
 from contract.containers import ContainerError, ContainerSettings
 from contract.manifest import ManifestError
 from contract.messages import (
@@ -137,12 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             from train.launcher import launch as launch_cluster
             from train.launcher import settle_start
 
-            run_dir = (
-                layout.run_dir(config.output_root, config.date)
-                if config.output_root
-                else run_lock.run_dir_of_train_dir(config.train_dir)
-            )
-            run_lock.hold_for_process(run_dir)
+            run_lock.hold_for_process(config.run_dir())
             # Like "auto" precision, settled once: every worker starts from the same model.
             config = settle_start(config)
             if config.warm_start != "off":

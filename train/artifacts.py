@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import os
@@ -15,6 +14,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import atomic, layout
+from contract.messages import no_space_left
 from train import cluster, user_model
 from train.config import TrainConfig
 
@@ -25,10 +25,9 @@ CHECKPOINT_PREFIX = "ckpt"
 
 
 def is_disk_full(error: BaseException) -> bool:
-    """Whether `error` says the filesystem is full: no retry helps with that."""
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return True
-    return isinstance(error, tf.errors.ResourceExhaustedError) or "No space left" in str(error)
+    """Whether `error` says the filesystem is full (TensorFlow's file writers say so with a
+    ResourceExhaustedError): no retry helps with that."""
+    return isinstance(error, tf.errors.ResourceExhaustedError) or no_space_left(error)
 
 
 def with_retries(

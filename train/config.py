@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import posixpath
 from typing import Any
 
-from contract import atomic, dates, import_path
+from contract import atomic, dates, import_path, layout, run_lock
 from contract.settings import SettingsError
 
 MAX_RESTARTS = 2  # whole-cluster restarts after a worker dies, unless told otherwise
@@ -322,6 +323,21 @@ class TrainConfig:
             "help": "Set by the launcher: why last-blessed starts cold.",
         },
     )
+
+    def run_dir(self) -> str:
+        """The folder of the run this config trains (its date lock's): `<root>/<date>` as the
+        task gave them (--output-root, --date), or, for a launch given only its folders, the
+        folder its train dir lies in."""
+        if self.output_root:
+            return layout.run_dir(self.output_root, self.date)
+        return run_lock.run_dir_of_train_dir(self.train_dir)
+
+    def run(self) -> tuple[str, str]:
+        """(output root, date) of the run this config trains, as `run_dir` finds it."""
+        if self.output_root:
+            return self.output_root, self.date
+        run_dir = self.run_dir()
+        return posixpath.dirname(run_dir) or "/", posixpath.basename(run_dir)
 
     def check(self) -> None:
         """Raises ConfigError naming the first setting that is out of range."""

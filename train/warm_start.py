@@ -41,7 +41,6 @@ from contract import (
     lineage,
     model_code,
     pointer,
-    run_lock,
 )
 from train.checks import has_backup_folder, is_settled
 from train.config import WARM_START_SETTLED, ConfigError, TrainConfig
@@ -54,16 +53,6 @@ log = logging.getLogger("train")
 # The fields `settle` fills in; the rest of the config is the user's.
 SETTLED_FIELDS = WARM_START_SETTLED
 WeightsSignature = list[tuple[str, tuple[int, ...]]]
-
-
-def run_of(config: TrainConfig) -> tuple[str, str]:
-    """(output root, date) of the run `config` trains: as the task gave them (--output-root,
-    --date), or, for a launch given only its folders, the run its train dir lies in
-    (`<root>/<date>/train`)."""
-    if config.output_root:
-        return config.output_root, config.date
-    run_dir = run_lock.run_dir_of_train_dir(config.train_dir)
-    return posixpath.dirname(run_dir) or "/", posixpath.basename(run_dir)
 
 
 def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
@@ -84,7 +73,7 @@ def settle(config: TrainConfig, shard_manifest: dict[str, Any]) -> TrainConfig:
             warm_start_date=saved["warm_start_date"],
             cold_start_reason=saved["cold_start_reason"],
         )
-    root, run_date = run_of(config)
+    root, run_date = config.run()
     try:
         current = pointer.read(root)
     except pointer.PointerUnreadableError as e:

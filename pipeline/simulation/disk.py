@@ -112,12 +112,3 @@ def folder_bytes(path: str) -> int:
             except FileNotFoundError:  # removed while walking
                 continue
     return total
-
-
-def size_text(count: float) -> str:
-    """`12.3 MiB`."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")

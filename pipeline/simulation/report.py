@@ -7,9 +7,8 @@ import platform
 
 from pipeline.simulation import faults
 from pipeline.simulation.config import Settings
-from pipeline.simulation.disk import size_text
 from pipeline.simulation.nights import Row
-from pipeline.terminal import format_duration
+from pipeline.terminal import format_duration, format_size
 
 HEADER = (
     "| night | date | fault | outcome | accuracy | served | disk | bound | alerts | checks |\n"
@@ -28,8 +27,8 @@ def row_line(row: Row) -> str:
         row.outcome,
         "-" if row.accuracy is None else f"{row.accuracy:.4f}",
         "-" if row.served_version is None else str(row.served_version),
-        size_text(row.disk_bytes),
-        size_text(row.bound_bytes),
+        format_size(row.disk_bytes),
+        format_size(row.bound_bytes),
         ", ".join(row.alerts) or "-",
         "FAILED: " + ", ".join(failed) if failed else "ok",
     )

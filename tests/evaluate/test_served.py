@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -84,11 +85,10 @@ def _quarantined(root) -> list[str]:
     return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 
 
-@pytest.fixture
-def two_nights(trained_template, tmp_path):
-    """`<tmp>/runs`: EARLIER evaluated, blessed and served; DATE trained (another model)."""
+def lay_two_nights(root: pathlib.Path, trained_template) -> None:
+    """Makes `root` (a local output root): EARLIER evaluated, blessed and served; DATE
+    trained, another model."""
     template, info = trained_template
-    root = tmp_path / "runs"
     shutil.copytree(template / DATE, root / EARLIER)
     run(_config(root, EARLIER))
     shutil.copytree(template / DATE, root / DATE)
@@ -97,6 +97,13 @@ def two_nights(trained_template, tmp_path):
     other = trained_run.tiny_model(doc["image_shape"], doc["num_classes"], seed=3)
     other.fit(images, labels, batch_size=64, epochs=1, verbose=0)
     other.save(str(root / DATE / "train" / layout.MODEL_FILE))
+
+
+@pytest.fixture
+def two_nights(trained_template, tmp_path):
+    """`<tmp>/runs`: EARLIER evaluated, blessed and served; DATE trained (another model)."""
+    root = tmp_path / "runs"
+    lay_two_nights(root, trained_template)
     assert _problems(root) == []
     return root
 

@@ -10,7 +10,6 @@ step leaves, got from one run instead of one run per step.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,12 +17,11 @@ from typing import Any
 import pytest
 import tensorflow as tf
 
-from contract import layout, pointer, storage
-from evaluate import EvaluateConfig, run, served, serving
-from tests.evaluate import trained_run
+from contract import pointer, storage
+from evaluate import run, served, serving
 from tests.evaluate.conftest import DATE
 from tests.evaluate.test_pointer_gcs import BUCKET, gcs  # noqa: F401 - the emulator
-from tests.evaluate.test_served import EARLIER, KILL_POINTS
+from tests.evaluate.test_served import EARLIER, KILL_POINTS, _config, lay_two_nights
 
 MODEL_NAME = "nightly"
 VERSION, EARLIER_VERSION = 2026013100, 2026013000
@@ -39,12 +37,6 @@ def bucket(gcs, tmp_path_factory) -> Iterator[Any]:  # noqa: F811 - the imported
             patch.setenv(name, value)
         patch.setenv(storage.STATE_DIR_ENV, str(tmp_path_factory.mktemp("state")))
         yield gcs_client.Client().bucket(BUCKET)
-
-
-def _config(root: str, date: str) -> EvaluateConfig:
-    return EvaluateConfig(
-        output_root=root, date=date, batch_size=128, min_accuracy=0.0, max_regression=0.5
-    )
 
 
 def _name(path: str) -> str:
@@ -132,16 +124,8 @@ def recorded_night(bucket, trained_template, tmp_path_factory) -> dict[str, Any]
     recorded here, one night later)."""
     from contract import gfile
 
-    template, info = trained_template
     local = tmp_path_factory.mktemp("two-nights") / "runs"
-    shutil.copytree(template / DATE, local / EARLIER)
-    run(_config(str(local), EARLIER))
-    shutil.copytree(template / DATE, local / DATE)
-    doc = info["manifest"]
-    images, labels = trained_run.read_split(str(local / DATE / "data"), doc, layout.TRAIN_SPLIT)
-    other = trained_run.tiny_model(doc["image_shape"], doc["num_classes"], seed=3)
-    other.fit(images, labels, batch_size=64, epochs=1, verbose=0)
-    other.save(str(local / DATE / "train" / layout.MODEL_FILE))
+    lay_two_nights(local, trained_template)
     base = f"gs://{BUCKET}/{uuid.uuid4().hex}"
     root = f"{base}/runs"
     gfile.upload_folder(str(local), root)

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from contract import layout, records
 from contract.messages import EXIT_BAD_INPUT
-from preprocess import PreprocessConfig, drops, make_drops, run_preprocess
+from preprocess import PreprocessConfig, drops, make_drops, run_preprocess, transforms
 from preprocess import __main__ as cli
 from preprocess.errors import BadInputError
 from tests import factories
@@ -339,7 +339,8 @@ def test_a_drop_that_is_not_what_its_sums_say_is_refused(
     drop = day / "part-00000.tfrecord"
     if spoil == "cut-between-records":
         # The first 20 records whole: still valid TFRecord, so only the sums can tell.
-        drop.write_bytes(b"".join(_framed_records(drop.read_bytes())[:20]))
+        data = drop.read_bytes()
+        drop.write_bytes(data[: transforms.record_offsets(data)[20]])
         assert len(read_examples(drop)) == 20
     elif spoil == "unlisted-file":
         shutil.copy(folder / "2026-01-02" / "part-00000.tfrecord", day / "part-00009.tfrecord")
@@ -348,14 +349,3 @@ def test_a_drop_that_is_not_what_its_sums_say_is_refused(
         sums.write_text(sums.read_text() + f"{'0' * 64}  part-00001.tfrecord\n")
     err = run_cli(config(tmp_path, dataset(folder)), capsys, "--window_days=2")
     assert message in err, err
-
-
-def _framed_records(data: bytes) -> list[bytes]:
-    """A TFRecord file's records with their framing (length, its CRC, data, the data's CRC)."""
-    out, offset = [], 0
-    while offset < len(data):
-        length = int.from_bytes(data[offset : offset + 8], "little")
-        end = offset + 8 + 4 + length + 4
-        out.append(data[offset:end])
-        offset = end
-    return out
