@@ -1,5 +1,5 @@
-"""The project's wheel, built by pip and installed into a clean venv: one TensorFlow, `pip check`
-clean, every entry point runs.
+"""The project's wheel, built by pip and installed with its published requirements into a clean
+venv: one TensorFlow, `pip check` clean, every entry point runs.
 
 This is the published metadata (pyproject.toml), not `make setup`'s `--no-deps` install of the
 lock; the lock only constrains versions. It needs PyPI, as `make setup` does.
@@ -62,19 +62,19 @@ def installed(tmp_path_factory) -> dict[str, Path | str]:
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = wheels.glob("nightly_trainer-*.whl")
+    # The lock as constraints: the known-good versions, so the test does not change its verdict
+    # when PyPI publishes a new release of some dependency. uv (beside this Python: `make
+    # setup` installs it) resolves the wheel's published requirements as pip does and links the
+    # wheels from the cache `make setup` filled, in seconds where pip fetches and unpacks them
+    # all again; pip's resolver is the fallback. Neither byte-compiles: TensorFlow's thousands
+    # of files are none of what is checked here, and the entry points compile what they import.
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is not None:
+        installer = [uv, "pip", "install", "--python", str(bin_dir / "python")]
+    else:
+        installer = [*pip, "install", "--no-compile"]
     install = subprocess.run(
-        # The lock as constraints: the known-good versions, so the test does not change its
-        # verdict when PyPI publishes a new release of some dependency.
-        [
-            *pip,
-            "install",
-            # Byte-compiling TensorFlow's thousands of files is most of an install's time and
-            # none of what is checked here; the entry points compile what they import.
-            "--no-compile",
-            "--constraint",
-            str(source / "requirements.lock"),
-            str(wheel),
-        ],
+        [*installer, "--constraint", str(source / "requirements.lock"), str(wheel)],
         capture_output=True,
         text=True,
         env=env,
