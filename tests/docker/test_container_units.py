@@ -10,6 +10,7 @@ import pytest
 
 from contract.containers import ContainerError, ContainerSettings
 from pipeline import config, docker_run
+from tests.factories import PROJECT_ROOT
 from train import __main__ as train_cli
 from train.docker_backend import DockerWorkerBackend
 
@@ -188,3 +189,12 @@ def test_kind_in_luigi_cfg_picks_where_stages_run(luigi_config):
     flags = config.train_backend_flags()
     assert flags[:4] == ["--backend", "docker", "--image", "other:1"]
     assert flags.count("--docker-mount") == 2
+
+
+def test_the_image_installs_with_the_uv_that_make_setup_pins():
+    # One uv for the venv and the image: the Dockerfile's default is the Makefile's pin.
+    pins = {}
+    for name, prefix in (("Makefile", "UV_VERSION := "), ("docker/Dockerfile", "ARG UV_VERSION=")):
+        lines = (PROJECT_ROOT / name).read_text().splitlines()
+        (pins[name],) = [line[len(prefix) :].strip() for line in lines if line.startswith(prefix)]
+    assert pins["Makefile"] == pins["docker/Dockerfile"], pins
