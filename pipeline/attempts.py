@@ -37,7 +37,7 @@ from typing import Any
 import luigi
 from luigi.cmdline_parser import CmdlineParser
 
-from contract import atomic, gfile, layout, ledger, run_lock, storage
+from contract import atomic, gfile, layout, ledger, run_lock, spawn, storage
 from pipeline import night_alerts, notify
 from pipeline.runner import StageFailed
 
@@ -62,7 +62,9 @@ def _now() -> str:
 
 def _cpu_seconds(who: int = resource.RUSAGE_CHILDREN) -> float:
     usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+    # Programs the fork server forked are its children, not ours: it reports their usage.
+    forked = spawn.forked_usage()[0] if who == resource.RUSAGE_CHILDREN else 0.0
+    return usage.ru_utime + usage.ru_stime + forked
 
 
 def _all_cpu_seconds() -> float:
@@ -181,8 +183,11 @@ class Attempt:
         """The ledger record of the attempt, as it stands now."""
         outcome = self.final_outcome()
         peak_kib = max(
-            resource.getrusage(who).ru_maxrss
-            for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            *(
+                resource.getrusage(who).ru_maxrss
+                for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            ),
+            spawn.forked_usage()[1],
         )
         return self.identity() | {
             "ended_utc": _now(),

@@ -42,7 +42,7 @@ from typing import Any
 
 import luigi
 
-from contract import gfile, processes, run_lock, storage
+from contract import gfile, run_lock, spawn, storage
 from contract.containers import ContainerSettings
 from contract.messages import last_error, parse_notice, parse_progress
 from pipeline import docker_run
@@ -196,14 +196,15 @@ def _run_logged(
         deadline came while it ran).
     """
     env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
+    # Forked from the warm fork server when one serves (contract.spawn), else its own process.
+    process = spawn.popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,  # its own process group, ended as one
-        preexec_fn=processes.signal_when_parent_dies(signal.SIGTERM),
+        death_signal=signal.SIGTERM,
         pass_fds=run_lock.held_fds(),  # the stage's tree holds the date's lock too
     )
     reaper, reaper_pipe = _start_group_reaper(process.pid, container_name)
@@ -248,7 +249,7 @@ def _run_logged(
     return code, tail, error, stopped.is_set()
 
 
-def _stop_at_deadline(process: subprocess.Popen[bytes], stopped: threading.Event) -> None:
+def _stop_at_deadline(process: spawn.Process, stopped: threading.Event) -> None:
     """The deadline came while the stage ran: ends its whole group (the read loop then sees
     the stage's output end)."""
     if process.poll() is not None:
@@ -289,7 +290,7 @@ def _start_group_reaper(group: int, container_name: str) -> tuple[subprocess.Pop
     return reaper, write_end
 
 
-def _end_group(process: subprocess.Popen[bytes]) -> None:
+def _end_group(process: spawn.Process) -> None:
     """SIGTERM to the stage's group, SIGKILL after GROUP_GRACE_SECONDS; waits for the stage."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)

@@ -12,20 +12,27 @@ scores as its metrics.json says, the disk is within [Retention]'s bound, the led
 record per attempt, exactly the expected alerts arrived, and `status` agrees; it prints a
 Markdown row a night, the whole table at the end, and writes `<root>/simulation.md`. Exit 0
 when every check passed, 1 at the first night with a check that failed (named on stderr), 2
-for bad settings. The output root lives on a tmpfs when the machine lets it mount one (as root),
+for bad settings. Every night's stages fork from one warm fork server (contract.forkserver),
+so TensorFlow and Beam are imported once, not in each stage of each night. The output root
+lives on a tmpfs when the machine lets it mount one (as root),
 and is copied to `<root>/runs` at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 
+from contract import spawn
+from contract.forkserver import ENV as FORKSERVER_ENV
 from contract.messages import EXIT_BAD_INPUT, EXIT_FAILED, StageArgumentParser, error_line
 from pipeline.config_file import PROJECT_ROOT
 from pipeline.simulation import commands, config, disk, drops, faults, report
@@ -135,7 +142,7 @@ def run(settings: config.Settings, source_dir: str) -> tuple[list[Row], str, flo
     """
     started = time.monotonic()
     rows: list[Row] = []
-    with Receivers() as receivers:
+    with Receivers() as receivers, _fork_server():
         config.write_luigi_config(settings, receivers.webhook.url, receivers.mailbox.port)
         print(f"cutting {settings.nights} daily drops of {settings.per_day} images", flush=True)
         drops.cut(settings, source_dir)
@@ -161,6 +168,25 @@ def run(settings: config.Settings, source_dir: str) -> tuple[list[Row], str, flo
             kept = output_disk.release(os.path.join(settings.root, "runs"))
     print(f"output root: {kept}", flush=True)
     return rows, output_disk.note, time.monotonic() - started
+
+
+@contextlib.contextmanager
+def _fork_server() -> Iterator[None]:
+    """Every night's stages fork from one warm fork server (contract.spawn), which imports
+    TensorFlow and Beam once for all nights; one already named in the environment is used."""
+    if os.environ.get(FORKSERVER_ENV):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="simulate-")  # short: a socket path has 107 bytes
+    try:
+        with spawn.serving(folder) as env:
+            os.environ[FORKSERVER_ENV] = env[FORKSERVER_ENV]
+            try:
+                yield
+            finally:
+                os.environ.pop(FORKSERVER_ENV, None)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

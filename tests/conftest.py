@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +14,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+from contract import spawn  # noqa: E402
+from contract.forkserver import ENV as FORKSERVER_ENV  # noqa: E402
 from tests import factories  # noqa: E402
 
 # Markers whose tests start clusters, luigi runs, containers or whole-dataset builds.
@@ -63,3 +67,41 @@ def shard_set(tmp_path):
     """A small two-worker shard set of real Fashion-MNIST images: (data_dir, manifest)."""
     data_dir = str(tmp_path / "data")
     return data_dir, factories.write_shard_set(data_dir)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server(request):
+    """One warm fork server per test process, when the session has end-to-end tests: every
+    stage program the tests' runs start forks from it with TensorFlow and Beam imported
+    (contract.spawn), as `make simulate`'s nights do. TEST_FORKSERVER=0 starts each as a
+    process of its own, as a night without a fork server does."""
+    heavy = any(
+        item.get_closest_marker(name) for item in request.session.items for name in HEAVY_MARKERS
+    )
+    if not heavy or os.environ.get("TEST_FORKSERVER", "1") == "0" or FORKSERVER_ENV in os.environ:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="forkserver-")  # short: a socket path has 107 bytes
+    try:
+        with spawn.serving(folder) as env:
+            os.environ[FORKSERVER_ENV] = env[FORKSERVER_ENV]
+            try:
+                yield env[FORKSERVER_ENV]
+            finally:
+                os.environ.pop(FORKSERVER_ENV, None)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_processes(request):
+    """A test file that looks at its stages' processes (their command lines, who their parent
+    is) sets OWN_PROCESSES = True: its programs start as processes of their own."""
+    if not getattr(request.module, "OWN_PROCESSES", False) or FORKSERVER_ENV not in os.environ:
+        yield
+        return
+    path = os.environ.pop(FORKSERVER_ENV)
+    try:
+        yield
+    finally:
+        os.environ[FORKSERVER_ENV] = path

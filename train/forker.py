@@ -37,7 +37,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-from contract import processes
+from contract import processes, spawn
 
 ENABLE_ENV = "TRAIN_FORK_WORKERS"  # "0": one process of its own per worker
 ROLE_ENV = "TRAIN_WORKER_FORKER"  # set on the forker's own process only
@@ -164,34 +164,38 @@ def _set_name(name: bytes) -> None:
 class Forker:
     """The launcher's end of one forker: starts, signals and reaps the workers it forks.
 
+    The forker is itself forked from the warm fork server when one serves (contract.spawn).
+    It dies with the launcher (a parent-death SIGKILL), and its workers with it.
+
     Args:
         argv: the workers' command line, which the forker runs with and its workers inherit.
         env: the environment every worker shares.
-        preexec: the forker's `preexec_fn` (its parent-death signal, a network namespace).
         pass_fds: descriptors the forker and its workers keep (the date's lock).
         stderr_path: where the forker's own errors go (the chief's log).
+        namespaces: (descriptor, kind) pairs the forker joins first (the private network).
     """
 
     def __init__(
         self,
         argv: Sequence[str],
         env: dict[str, str],
-        preexec: Callable[[], None],
         pass_fds: Sequence[int],
         stderr_path: str,
+        namespaces: Sequence[tuple[int, int]] = (),
     ) -> None:
         self._codes: dict[int, int | None] = {}
         self._changed = threading.Condition()
         self._writing = threading.Lock()  # the launcher stops its workers from several threads
         self.gone = False
         with open(stderr_path, "ab") as stderr:
-            self._process = subprocess.Popen(
+            self._process = spawn.popen(
                 list(argv),
                 env={**env, ROLE_ENV: "1"},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                preexec_fn=preexec,
+                death_signal=signal.SIGKILL,
+                namespaces=namespaces,
                 pass_fds=tuple(pass_fds),
             )
         self._reader = threading.Thread(target=self._read, name="forker-replies", daemon=True)

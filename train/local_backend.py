@@ -117,7 +117,8 @@ class LocalProcessBackend:
             preexec = self.network.preexec(preexec)
         held = run_lock.held_fds()  # the date stays locked until every worker is gone
         if forker.enabled():
-            return forker.Forker(self.worker_argv, env, preexec, held, self.log_path(0))
+            namespaces = self.network.namespaces if self.network is not None else ()
+            return forker.Forker(self.worker_argv, env, held, self.log_path(0), namespaces)
         return _OwnProcesses(self.worker_argv, env, preexec, held)
 
     def start(self, worker_index: int, tf_config_json: str, attempt: int) -> None:

@@ -106,6 +106,11 @@ class PrivateNetwork:
                 code = ctypes.get_errno()
                 raise OSError(code, f"setns into the workers' network: {os.strerror(code)}")
 
+    @property
+    def namespaces(self) -> tuple[tuple[int, int], ...]:
+        """The (descriptor, kind) pairs to join, in order: for a program started elsewhere."""
+        return tuple(self._fds)
+
     def preexec(self, first: Callable[[], None]) -> Callable[[], None]:
         """A `preexec_fn` that runs `first`, then joins the namespace."""
 

@@ -22,6 +22,8 @@ from tests.train.conftest import SMALL_RUN, launch_argv, train_env, write_small_
 from tests.waiting import wait_until
 from train import forker
 
+# The stages' command lines and descriptors are looked at here (conftest.own_processes).
+OWN_PROCESSES = True
 pytestmark = pytest.mark.e2e
 
 DATE = datetime.date(2026, 1, 31)

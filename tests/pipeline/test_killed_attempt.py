@@ -21,6 +21,8 @@ from pipeline import status
 from tests.factories import PROJECT_ROOT
 from tests.waiting import wait_until
 
+# The stages must be the luigi process's own descendants here (conftest.own_processes).
+OWN_PROCESSES = True
 DATE = "2026-01-31"
 
 

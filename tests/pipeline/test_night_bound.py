@@ -17,6 +17,8 @@ from tests.factories import PROJECT_ROOT
 from tests.pipeline.test_runner import SPAWNER, Recorder, child_pid, gone, python
 from tests.waiting import wait_until
 
+# The stages are found by their command lines here (conftest.own_processes).
+OWN_PROCESSES = True
 DATE = "2026-01-31"
 RETCODE_TASK_FAILED = 30  # luigi.cfg [retcode]
 

@@ -16,6 +16,8 @@ from tests.factories import PROJECT_ROOT
 from tests.train.conftest import write_small_shard_set
 from tests.waiting import wait_until
 
+# The stages are found by their command lines here (conftest.own_processes).
+OWN_PROCESSES = True
 pytestmark = pytest.mark.e2e
 
 DATE = "2026-01-31"

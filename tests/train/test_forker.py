@@ -17,6 +17,8 @@ from tests.waiting import wait_until
 from train import forker
 from train.callbacks import HOLD_ENV
 
+# The forker's and its workers' command lines are looked at here (conftest.own_processes).
+OWN_PROCESSES = True
 pytestmark = pytest.mark.e2e
 
 
