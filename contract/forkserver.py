@@ -13,10 +13,11 @@ it cannot run exactly as a fresh process would, they start as processes of their
 
 A forked program is what `python -m <module> <args>` would be: the same interpreter, its own
 argv, environment and working directory, standard streams and kept descriptors (passed over
-the socket), its own session when asked, and its exit code and CPU-seconds reported back. It
-differs in three ways, each covered where it matters:
+the socket), and its exit code and CPU-seconds reported back. It
+differs in four ways, each covered where it matters:
 - its parent is this server, so the caller's parent-death signal is sent by the server when
   the caller's connection closes (the caller died or gave up), not by the kernel;
+- it always leads a session (and process group) of its own, never the caller's group;
 - `ps` shows the server's command line; `/proc/<pid>/comm` is the module's name;
 - environment variables that TensorFlow, Keras, CUDA, OpenMP or Python read at import must be
   what the server started with: a request that differs in any of them is refused, and the
@@ -27,7 +28,7 @@ thread a program shares (TensorFlow makes its pools, gRPC server and eager conte
 use, after the fork; OpenBLAS restarts its parked servers in a forked child).
 
 One request per connection, as one SOCK_SEQPACKET message: a JSON object with the program's
-`argv`, `env`, `cwd`, `session` (start a new session), `targets` (the descriptor numbers the
+`argv`, `env`, `cwd`, `targets` (the descriptor numbers the
 passed descriptors take, in order), `namespaces` (indexes into the passed descriptors and
 their setns kind) and `death_signal`. Replies: `{"pid": n}` then `{"exit": code, "cpu": s,
 "maxrss": kb}`, or `{"refused": reason}`.
@@ -197,8 +198,11 @@ class _Server:
                 caller.close()
         os.close(self.wake_read)
         os.close(self.wake_write)
-        if request.get("session"):
-            os.setsid()
+        # Always a session of its own: the caller's process group lies in another session,
+        # which it cannot join, and in the server's it would share group-wide signals with
+        # whoever started the server. The caller's group-wide end reaches it as its
+        # parent-death signal instead.
+        os.setsid()
         setns = ctypes.CDLL(None, use_errno=True).setns
         for index, kind in request.get("namespaces", []):
             if setns(fds[index], kind) != 0:

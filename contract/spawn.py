@@ -134,7 +134,8 @@ def popen(
         env: its environment (this process's when None); its `PIPELINE_FORKSERVER` decides.
         stdin, stdout, stderr: as for Popen: PIPE, DEVNULL, STDOUT (stderr), a file or
             descriptor, or None (this process's).
-        start_new_session: the program leads a session (and process group) of its own.
+        start_new_session: the program leads a session (and process group) of its own. One
+            the fork server forks always does: it cannot join this process's group.
         pass_fds: descriptors it keeps, at the same numbers.
         death_signal: sent to it when this process dies (None: nothing).
         namespaces: (descriptor, kind) pairs it joins with setns before it runs.
@@ -222,7 +223,6 @@ def _fork(
             "argv": list(argv),
             "env": env,
             "cwd": os.getcwd(),
-            "session": start_new_session,
             "targets": targets + [-1] * len(namespaces),
             "namespaces": [[len(targets) + i, kind] for i, (_, kind) in enumerate(namespaces)],
             "death_signal": int(death_signal or 0),

@@ -79,6 +79,11 @@ def parse_args(argv: list[str]) -> tuple[config.Settings, str]:
         action="store_true",
         help="no tmpfs even as root: the output root on the disk, a full disk a file-size limit",
     )
+    parser.add_argument(
+        "--own-processes",
+        action="store_true",
+        help="no fork server: every stage of every night imports TensorFlow in its own process",
+    )
     parser.add_argument("--source-dir", default=SOURCE_DIR, help="Fashion-MNIST's IDX files")
     args = parser.parse_args(argv)
     for name in ("nights", "window_days", "test_examples", "epochs", "disk_mb"):
@@ -111,6 +116,7 @@ def parse_args(argv: list[str]) -> tuple[config.Settings, str]:
         seed=args.seed,
         disk_mb=args.disk_mb,
         tmpfs=not args.no_tmpfs,
+        fork_server=not args.own_processes,
     )
     return settings, args.source_dir
 
@@ -142,7 +148,7 @@ def run(settings: config.Settings, source_dir: str) -> tuple[list[Row], str, flo
     """
     started = time.monotonic()
     rows: list[Row] = []
-    with Receivers() as receivers, _fork_server():
+    with Receivers() as receivers, _fork_server(settings.fork_server):
         config.write_luigi_config(settings, receivers.webhook.url, receivers.mailbox.port)
         print(f"cutting {settings.nights} daily drops of {settings.per_day} images", flush=True)
         drops.cut(settings, source_dir)
@@ -171,11 +177,17 @@ def run(settings: config.Settings, source_dir: str) -> tuple[list[Row], str, flo
 
 
 @contextlib.contextmanager
-def _fork_server() -> Iterator[None]:
+def _fork_server(wanted: bool) -> Iterator[None]:
     """Every night's stages fork from one warm fork server (contract.spawn), which imports
-    TensorFlow and Beam once for all nights; one already named in the environment is used."""
-    if os.environ.get(FORKSERVER_ENV):
-        yield
+    TensorFlow and Beam once for all nights; one already named in the environment is used.
+    Not `wanted`: none, even one named in the environment."""
+    if not wanted or os.environ.get(FORKSERVER_ENV):
+        named = None if wanted else os.environ.pop(FORKSERVER_ENV, None)
+        try:
+            yield
+        finally:
+            if named is not None:
+                os.environ[FORKSERVER_ENV] = named
         return
     folder = tempfile.mkdtemp(prefix="simulate-")  # short: a socket path has 107 bytes
     try:

@@ -69,7 +69,6 @@ def test_a_forked_program_has_its_argv_env_cwd_streams_descriptors_and_exit_code
             "3",
             str(write_end),
             pass_fds=[write_end],
-            start_new_session=True,
         )
         os.close(write_end)
         kept = os.read(read_end, 100)
@@ -79,6 +78,7 @@ def test_a_forked_program_has_its_argv_env_cwd_streams_descriptors_and_exit_code
     assert process.returncode == 3
     assert f"argv ['3', '{write_end}'] cwd {folder} colour green" in output
     assert "loaded True comm probe" in output  # preloaded by the server, named as the module
+    # Always a session of its own, never the group of whoever started the server.
     assert "group True session True" in output
     assert "error: the probe's own error line" in output
     assert kept == b"through the kept descriptor"

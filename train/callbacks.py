@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract.messages import progress_line
+from train import forker
 from train.backup import RunState
 
 # Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt:
@@ -57,6 +59,10 @@ def die_if_at(armed: str, point: str) -> None:
     log.info("FAULT killing %s at %s", "the stage" if whole_stage else "myself", point)
     logging.shutdown()
     if whole_stage:
+        launcher = int(os.environ.get(forker.STAGE_GROUP_ENV) or 0)
+        if launcher and launcher != os.getpgid(0):  # a forker in a group of its own
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(launcher, signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -41,6 +41,9 @@ from contract import processes, spawn
 
 ENABLE_ENV = "TRAIN_FORK_WORKERS"  # "0": one process of its own per worker
 ROLE_ENV = "TRAIN_WORKER_FORKER"  # set on the forker's own process only
+# The launcher's process group, for a fault that kills the whole stage (train.callbacks): a
+# forker forked by the fork server leads a group of its own, apart from the launcher's.
+STAGE_GROUP_ENV = "TRAIN_STAGE_GROUP"
 NAME = b"train-forker"
 REAP_SECONDS = 0.1
 PR_SET_NAME, PR_GET_NAME = 15, 16  # <linux/prctl.h>
@@ -190,7 +193,7 @@ class Forker:
         with open(stderr_path, "ab") as stderr:
             self._process = spawn.popen(
                 list(argv),
-                env={**env, ROLE_ENV: "1"},
+                env={**env, ROLE_ENV: "1", STAGE_GROUP_ENV: str(os.getpgid(0))},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,

@@ -51,6 +51,8 @@ class Settings:
         seed: seeds the deal of examples into drops.
         disk_mb: the size of the output root's tmpfs.
         tmpfs: whether to try a tmpfs at all (else a full disk is a file-size limit).
+        fork_server: whether the nights' stages fork from one warm fork server (else each is
+            a process of its own, as a night without one runs).
     """
 
     root: str
@@ -64,6 +66,7 @@ class Settings:
     seed: int = 0
     disk_mb: int = 2048
     tmpfs: bool = True
+    fork_server: bool = True
 
     @property
     def drops(self) -> str:

@@ -73,6 +73,12 @@ def document(settings: Settings, rows: list[Row], disk_note: str, seconds: float
         f"- drops: {settings.per_day} images a day, a {settings.window_days}-day window, "
         f"a fixed {settings.test_examples}-image eval set",
         f"- faults: {faults.describe(settings.plan)}",
+        "- stages: "
+        + (
+            "forked from one warm fork server (TensorFlow and Beam imported once)"
+            if settings.fork_server
+            else "each a process of its own (`--own-processes`)"
+        ),
         f"- disk: {disk_note}",
         f"- machine: {machine()}; wall time {format_duration(seconds)}",
         "",

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from contract import atomic, layout, ledger, pointer
+from pipeline import simulate
 from pipeline.simulation import checks, drops, faults, retention_bound
 from pipeline.simulation.commands import Attempt
 from tests.factories import PROJECT_ROOT
@@ -245,6 +246,12 @@ def test_the_disk_check_counts_each_kind_against_its_retention_setting(tmp_path)
 
 
 @pytest.mark.e2e
+def test_own_processes_turns_the_fork_server_off(tmp_path):
+    args = ["--nights", "3", "--faults", "none", "--root", str(tmp_path / "sim")]
+    assert simulate.parse_args(args)[0].fork_server
+    assert not simulate.parse_args([*args, "--own-processes"])[0].fork_server
+
+
 def test_seven_nights_with_every_fault_pass_every_check(tmp_path):
     root = tmp_path / "sim"
     command = [
@@ -258,6 +265,7 @@ def test_seven_nights_with_every_fault_pass_every_check(tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = (root / "simulation.md").read_text()
     assert "Every check passed on all 7 nights." in report
+    assert "- stages: forked from one warm fork server" in report
     rows = [line for line in report.splitlines() if line.startswith("| ") and "night" not in line]
     assert len(rows) == 7
     wanted = {
