@@ -21,6 +21,8 @@ from train.config import ConfigError, TrainConfig
 from train.local_backend import free_ports, private_network_for
 from train.private_network import NamespaceUnavailable, PrivateNetwork
 
+# The workers are found by their command lines here (conftest.own_processes).
+OWN_PROCESSES = True
 TCP_LISTEN = "0A"
 
 
