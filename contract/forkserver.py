@@ -296,7 +296,11 @@ def _run_module(module: str) -> int:
     """Runs `module` as `python -m` would, then exits as the interpreter would."""
     code = 0
     try:
-        sys.modules.pop(module, None)
+        loaded = sys.modules.get(module)
+        if loaded is not None and not hasattr(loaded, "__path__"):
+            # As `python -m` runs a module the server loaded: a fresh copy, as __main__ (a
+            # package's __main__ is never loaded here, so a package stays).
+            sys.modules.pop(module)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         if e.code is None:

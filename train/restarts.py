@@ -139,9 +139,11 @@ def _watch(
     while True:
         tail.pump()
         codes = [backend.poll(index) for index in range(num_workers)]
-        for index, code in enumerate(codes):
-            if code is not None and code != 0:
-                return index, code
+        failed = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            # When a peer's loss took others down before this poll, the one a signal ended
+            # is the cause: its survivors only failed on a collective with it.
+            return min(failed, key=lambda worker: (worker[1] >= 0, worker[0]))
         if codes[0] == 0:
             # The chief writes history.json last; the others only tidy up after it.
             deadline = time.monotonic() + STOP_GRACE_SECONDS

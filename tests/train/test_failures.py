@@ -100,6 +100,24 @@ def test_survivors_of_a_dead_worker_are_killed_at_once(tmp_path, code, grace):
     assert sorted(backend.stops) == [(0, grace), (1, grace)]
 
 
+class PeerLostBackend(ScriptedBackend):
+    """Worker 1 is SIGKILLed; by the first poll worker 0 has failed too, on a collective with
+    it (its peer's connection reset)."""
+
+    def poll(self, worker_index: int) -> int | None:
+        if self.attempts[-1] > 0:
+            return 0
+        return 1 if worker_index == 0 else -9
+
+
+def test_the_worker_a_signal_ended_is_named_not_the_peer_that_failed_on_its_loss(tmp_path):
+    backend = PeerLostBackend(tmp_path, [])
+    out = io.StringIO()
+    run_cluster(backend, 2, max_restarts=1, out=out)
+    notice = str(parse_notice(out.getvalue().splitlines()[0]))
+    assert "worker 1 died (exit code -9" in notice
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 300 KiB tmpfs: the train folder's first backup does not fit on it."""
