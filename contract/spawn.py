@@ -18,10 +18,12 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
@@ -312,3 +314,23 @@ def serving(
             server.wait()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+@contextlib.contextmanager
+def serving_this_process() -> Iterator[str]:
+    """Runs a fork server for every program this process starts while the block runs: sets
+    `PIPELINE_FORKSERVER` in this process's environment, then takes it away again.
+
+    Yields:
+        The server's socket, in a new temporary folder (short: a socket path has 107 bytes).
+    """
+    folder = tempfile.mkdtemp(prefix="forkserver-")
+    try:
+        with serving(folder) as env:
+            os.environ[ENV] = env[ENV]
+            try:
+                yield env[ENV]
+            finally:
+                os.environ.pop(ENV, None)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -189,16 +188,8 @@ def _fork_server(wanted: bool) -> Iterator[None]:
             if named is not None:
                 os.environ[FORKSERVER_ENV] = named
         return
-    folder = tempfile.mkdtemp(prefix="simulate-")  # short: a socket path has 107 bytes
-    try:
-        with spawn.serving(folder) as env:
-            os.environ[FORKSERVER_ENV] = env[FORKSERVER_ENV]
-            try:
-                yield
-            finally:
-                os.environ.pop(FORKSERVER_ENV, None)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with spawn.serving_this_process():
+        yield
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -81,16 +79,8 @@ def fork_server(request):
     if not heavy or os.environ.get("TEST_FORKSERVER", "1") == "0" or FORKSERVER_ENV in os.environ:
         yield None
         return
-    folder = tempfile.mkdtemp(prefix="forkserver-")  # short: a socket path has 107 bytes
-    try:
-        with spawn.serving(folder) as env:
-            os.environ[FORKSERVER_ENV] = env[FORKSERVER_ENV]
-            try:
-                yield env[FORKSERVER_ENV]
-            finally:
-                os.environ.pop(FORKSERVER_ENV, None)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with spawn.serving_this_process() as path:
+        yield path
 
 
 @pytest.fixture(scope="module", autouse=True)
