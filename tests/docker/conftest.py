@@ -9,17 +9,23 @@ after a code change only redoes the project layer.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from tests.factories import PROJECT_ROOT
+from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
 
 IMAGE = os.environ.get("NIGHTLY_TEST_IMAGE", "nightly-trainer:latest")
 BASE_IMAGE = os.environ.get("NIGHTLY_TEST_BASE_IMAGE", "nightly-trainer/base:bookworm")
 BUILD_TIMEOUT_SECONDS = 1800
+# The date of the FullRuns the Docker tests share.
+DATE = "2026-01-31"
 
 
 @functools.cache
@@ -86,3 +92,53 @@ def docker_run(image: str, *command: str, timeout: float = 300) -> subprocess.Co
         text=True,
         timeout=timeout,
     )
+
+
+def full_run(root: pathlib.Path, output_root: str, *executor_flags: str):
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "FullRun",
+        "--local-scheduler",
+        f"--date={DATE}",
+        f"--output-root={output_root}",
+        f"--Preprocess-data-dir={root / 'tfds'}",
+        f"--Preprocess-manual-dir={root / 'sources'}",
+        f"--Preprocess-manual-checksums={root / 'sources.sha256'}",
+        "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
+        "--Train-model=mlp",
+        "--Train-epochs=1",
+        "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
+        "--Train-per-worker-batch-size=32",
+        "--Evaluate-min-accuracy=0",
+        *executor_flags,
+    ]
+    env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.fixture(scope="session")
+def full_runs(stage_image, tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """One FullRun with local processes and one with containers (stage containers, and a
+    container per training worker), on the same tiny dataset: their run folders."""
+    root = tmp_path_factory.mktemp("docker_full_run")
+    (root / "sources").mkdir()
+    sums = write_tiny_sources(root / "sources")
+    os.replace(sums, root / "sources.sha256")
+    build_tiny_tfds(str(root / "tfds"), str(root / "sources"), str(root / "sources.sha256"))
+    local = full_run(root, str(root / "local"), "--Executor-kind=local")
+    assert local.returncode == 0, local.stderr[-4000:]
+    docker = full_run(
+        root,
+        str(root / "docker"),
+        "--Executor-kind=docker",
+        f"--Docker-image={stage_image}",
+        f"--Docker-mounts={json.dumps([str(root)])}",
+    )
+    assert docker.returncode == 0, docker.stderr[-4000:]
+    return root / "local" / DATE, root / "docker" / DATE

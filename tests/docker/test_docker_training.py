@@ -1,4 +1,7 @@
-"""Worker containers (`train launch --backend docker`) and stage containers (pipeline.runner)."""
+"""Worker containers (`train launch --backend docker`) and stage containers (pipeline.runner).
+
+The FullRuns of tests/docker/conftest.py are the runs with and without worker containers
+that the first tests compare; the rest launch their own."""
 
 from __future__ import annotations
 
@@ -85,20 +88,11 @@ def shard_root(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def local_and_docker_runs(stage_image, shard_root) -> tuple[str, str]:
-    """The same training run once with local workers and once with worker containers."""
-    data_dir = str(shard_root / "data")
-    train_dirs = []
-    for kind in ("local", "docker"):
-        train_dir = str(shard_root / f"train-{kind}")
-        log = shard_root / f"{kind}.log"
-        command = launch_command(data_dir, train_dir)
-        if kind == "docker":
-            command = in_containers(command, stage_image, shard_root)
-        code = call_logged(command, log)
-        assert code == 0, f"{kind} training failed:\n" + log.read_text()[-4000:]
-        train_dirs.append(train_dir)
-    return train_dirs[0], train_dirs[1]
+def local_and_docker_runs(full_runs) -> tuple[str, str]:
+    """The train folders of the shared FullRuns (tests/docker/conftest.py): one run's workers
+    were local processes, the other's one container each."""
+    local, docker = full_runs
+    return str(local / "train"), str(docker / "train")
 
 
 def test_worker_containers_leave_the_same_artefacts_as_local_workers(local_and_docker_runs):
@@ -112,7 +106,11 @@ def test_worker_containers_train_the_same_run(local_and_docker_runs):
     local_dir, docker_dir = local_and_docker_runs
     local_config = read_json(os.path.join(local_dir, layout.TRAIN_CONFIG_FILE))
     docker_config = read_json(os.path.join(docker_dir, layout.TRAIN_CONFIG_FILE))
-    assert docker_config == local_config | {"train_dir": docker_dir}
+    paths = ("data_dir", "train_dir", "output_root")  # each run's own folders
+    assert docker_config["train_dir"] == docker_dir
+    assert {k: v for k, v in docker_config.items() if k not in paths} == {
+        k: v for k, v in local_config.items() if k not in paths
+    }
     local_history = read_json(os.path.join(local_dir, layout.HISTORY_FILE))
     docker_history = read_json(os.path.join(docker_dir, layout.HISTORY_FILE))
     assert docker_history["epochs_completed"] == local_history["epochs_completed"]
