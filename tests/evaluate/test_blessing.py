@@ -209,6 +209,7 @@ def _blessing(config) -> dict:
     return atomic.read_json(os.path.join(config.evaluate_dir, layout.BLESSING_FILE))
 
 
+@pytest.mark.usefixtures("quick_pictures")  # the pictures are checked in test_stage.py
 def test_pointer_moves_only_on_blessing(make_config, run_root):
     rejected = make_config(min_accuracy=0.999)
     metrics = run(rejected)

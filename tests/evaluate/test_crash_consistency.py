@@ -10,6 +10,9 @@ from contract import atomic, layout, pointer
 from evaluate import run
 from tests.evaluate.conftest import DATE
 
+# The pictures are checked in test_stage.py and test_report_page.py.
+pytestmark = pytest.mark.usefixtures("quick_pictures")
+
 
 def test_crash_after_the_pointer_moved_is_completed_by_the_rerun(
     make_config, run_root, monkeypatch: pytest.MonkeyPatch

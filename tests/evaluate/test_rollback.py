@@ -14,17 +14,19 @@ from contract import atomic, history, layout, ledger, lineage, pointer
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from evaluate import EvaluateConfig, run, served
 from pipeline.__main__ import main
-from tests.evaluate.conftest import DATE
+from tests.evaluate.conftest import DATE, placeholder_pictures
 
 NIGHTS = ("2026-01-29", "2026-01-30", "2026-01-31")
 VERSIONS = [2026012900, 2026013000, 2026013100]
 
 
 def _evaluate(root, date: str) -> dict:
+    """Evaluates `date`; the report's pictures are placeholders (checked in test_stage.py)."""
     config = EvaluateConfig(
         output_root=str(root), date=date, batch_size=128, min_accuracy=0.0, max_regression=0.5
     )
-    return run(config)
+    with placeholder_pictures():
+        return run(config)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,12 @@ from contract import atomic, layout, pointer
 from evaluate import EvaluateConfig, run, served, serving, signatures
 from pipeline import supersede
 from tests.evaluate import trained_run
-from tests.evaluate.conftest import DATE
+from tests.evaluate.conftest import DATE, placeholder_pictures
 
 EARLIER = "2026-01-30"
+
+# The pictures are checked in test_stage.py and test_report_page.py.
+pytestmark = pytest.mark.usefixtures("quick_pictures")
 
 
 class Killed(BaseException):
@@ -42,28 +45,42 @@ STEPS: list[tuple[Any, str]] = [
 ]
 
 
-def _kill_after(monkeypatch: pytest.MonkeyPatch, step: int) -> list[str]:
-    done: list[str] = []
+def _copy_after_each_kill_point(
+    monkeypatch: pytest.MonkeyPatch, root: pathlib.Path, copies: pathlib.Path
+) -> list[tuple[str, pathlib.Path]]:
+    """After every step that touches a kill point, copies `root` as it stands: what a process
+    killed right after that step leaves behind. Returns the (step, copy) list, filled in as
+    the steps happen.
+
+    One run recorded this way gives the state a kill after each step leaves, without one run
+    per step: a killed process writes nothing after its kill, and the copy is taken before the
+    run goes on.
+    """
+    kills: list[tuple[str, pathlib.Path]] = []
+    copying = False
 
     def wrap(owner: Any, name: str) -> Callable[..., Any]:
         real = getattr(owner, name)
 
         def changed(*args: Any, **kwargs: Any) -> Any:
-            if len(done) >= step:  # dead: a `finally` of the code under test changes nothing
-                raise Killed("after death")
+            nonlocal copying
             result = real(*args, **kwargs)
-            if not any(point in str(args[:1]) for point in KILL_POINTS):
+            if copying or not any(point in str(args[:1]) for point in KILL_POINTS):
                 return result
-            done.append(f"{name}{args[:1]}")
-            if len(done) == step:
-                raise Killed(done[-1])
+            copy = copies / f"kill-{len(kills) + 1}"
+            copying = True  # the copy's own makedirs are no steps of the run
+            try:
+                shutil.copytree(root, copy)
+            finally:
+                copying = False
+            kills.append((f"{name}{args[:1]}", copy))
             return result
 
         return changed
 
     for owner, name in STEPS:
         monkeypatch.setattr(owner, name, wrap(owner, name))
-    return done
+    return kills
 
 
 def _config(root, date=DATE, **thresholds) -> EvaluateConfig:
@@ -90,7 +107,8 @@ def lay_two_nights(root: pathlib.Path, trained_template) -> None:
     trained, another model."""
     template, info = trained_template
     shutil.copytree(template / DATE, root / EARLIER)
-    run(_config(root, EARLIER))
+    with placeholder_pictures():
+        run(_config(root, EARLIER))
     shutil.copytree(template / DATE, root / DATE)
     doc = info["manifest"]
     images, labels = trained_run.read_split(str(root / DATE / "data"), doc, layout.TRAIN_SPLIT)
@@ -99,42 +117,66 @@ def lay_two_nights(root: pathlib.Path, trained_template) -> None:
     other.save(str(root / DATE / "train" / layout.MODEL_FILE))
 
 
-@pytest.fixture
-def two_nights(trained_template, tmp_path):
-    """`<tmp>/runs`: EARLIER evaluated, blessed and served; DATE trained (another model)."""
-    root = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def two_nights_template(trained_template, tmp_path_factory) -> pathlib.Path:
+    """The two nights of `lay_two_nights`, laid once for the module (copied by each test:
+    the paths they record are relative to the output root)."""
+    root = tmp_path_factory.mktemp("two-nights") / "runs"
     lay_two_nights(root, trained_template)
     assert _problems(root) == []
+    return root
+
+
+@pytest.fixture
+def two_nights(two_nights_template, tmp_path) -> pathlib.Path:
+    """`<tmp>/runs`: EARLIER evaluated, blessed and served; DATE trained (another model)."""
+    root = tmp_path / "runs"
+    shutil.copytree(two_nights_template, root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def date_blessed_template(two_nights_template, tmp_path_factory) -> pathlib.Path:
+    """The two nights, then DATE evaluated, blessed and served after EARLIER."""
+    root = tmp_path_factory.mktemp("date-blessed") / "runs"
+    shutil.copytree(two_nights_template, root)
+    with placeholder_pictures():
+        metrics = run(_config(root))
+    assert metrics["blessed"] and metrics["push"]["version"] == 2026013100
+    return root
+
+
+@pytest.fixture
+def date_blessed(date_blessed_template, tmp_path) -> pathlib.Path:
+    """A private copy of `date_blessed_template`."""
+    root = tmp_path / "blessed" / "runs"
+    shutil.copytree(date_blessed_template, root)
     return root
 
 
 def test_a_kill_after_any_step_of_evaluate_and_push_is_repaired_by_the_next_command(
     two_nights, tmp_path, monkeypatch
 ):
-    step = 0
+    root = two_nights
+    with monkeypatch.context() as patched:
+        kills = _copy_after_each_kill_point(patched, root, tmp_path / "kills")
+        run(_config(root))
+    assert len(kills) > 6, kills
     outcomes = set()
-    while True:
-        step += 1
-        root = tmp_path / f"step-{step}"
-        shutil.copytree(two_nights, root)
-        with monkeypatch.context() as patched:
-            done = _kill_after(patched, step)
-            try:
-                run(_config(root))
-            except Killed:
-                pass
-            else:
-                break  # every step ran: the last kill point is passed
-        assert len(done) == step
+    for done, killed in kills:
         # What the next command (an evaluation, a rollback) does first, then the invariant.
-        _reconcile(root)
-        assert _problems(root) == [], (step, done[-1])
-        outcomes.add(pointer.read(str(root))["date"])
-        shutil.rmtree(root)
-    assert step > 6
+        _reconcile(killed)
+        assert _problems(killed) == [], done
+        outcomes.add(pointer.read(str(killed))["date"])
     assert outcomes == {EARLIER, DATE}  # killed both before and after the pointer moved
-    # The last copy ran to the end: DATE is blessed and served.
+    # The run itself went to the end: DATE is blessed and served, and the pointer records the
+    # served version, a complete local export with its signature.
     assert _problems(root) == [] and pointer.read(str(root))["date"] == DATE
+    current = pointer.read(str(root))
+    assert current["version"] == signatures.version_for_date(DATE)
+    loaded = tf.saved_model.load(str(root / "serving" / "nightly" / str(current["version"])))
+    assert serving.SERVING_SIGNATURE in loaded.signatures
+    assert not isinstance(loaded, tf_keras.Model)
 
 
 def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
@@ -168,13 +210,14 @@ def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
 
 @pytest.mark.parametrize("earlier_night", [True, False])
 def test_a_reversed_verdict_takes_pointer_and_served_version_back(
-    two_nights, trained_template, tmp_path, earlier_night
+    two_nights_template, tmp_path, request, earlier_night
 ):
-    root = two_nights
-    if not earlier_night:
+    if earlier_night:
+        root = request.getfixturevalue("date_blessed")
+    else:
         root = tmp_path / "alone"
-        shutil.copytree(two_nights / DATE, root / DATE)
-    run(_config(root))
+        shutil.copytree(two_nights_template / DATE, root / DATE)
+        run(_config(root))
     assert pointer.read(str(root))["date"] == DATE and _problems(root) == []
 
     supersede.supersede(str(root), DATE, "evaluate")  # --force-stage evaluate
@@ -194,18 +237,8 @@ def test_a_reversed_verdict_takes_pointer_and_served_version_back(
         assert _problems(root) == []
 
 
-def test_the_pointer_records_the_served_version_and_a_local_export_is_complete(two_nights):
-    run(_config(two_nights))
-    current = pointer.read(str(two_nights))
-    assert current["version"] == signatures.version_for_date(DATE)
-    loaded = tf.saved_model.load(str(two_nights / "serving" / "nightly" / str(current["version"])))
-    assert serving.SERVING_SIGNATURE in loaded.signatures
-    assert not isinstance(loaded, tf_keras.Model)
-
-
-def test_a_retrained_date_blessed_again_gets_a_new_version_and_the_old_one_leaves(two_nights):
-    root = two_nights
-    run(_config(root))
+def test_a_retrained_date_blessed_again_gets_a_new_version_and_the_old_one_leaves(date_blessed):
+    root = date_blessed
     first = pointer.read(str(root))
     assert first["version"] == 2026013100
     supersede.supersede(str(root), DATE, "train")  # --force-stage train: a new model

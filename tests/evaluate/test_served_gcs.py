@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from contract import pointer, storage
 from evaluate import run, served, serving
-from tests.evaluate.conftest import DATE
+from tests.evaluate.conftest import DATE, placeholder_pictures
 from tests.evaluate.test_pointer_gcs import BUCKET, gcs  # noqa: F401 - the emulator
 from tests.evaluate.test_served import EARLIER, KILL_POINTS, _config, lay_two_nights
 
@@ -143,7 +143,7 @@ def recorded_night(bucket, trained_template, tmp_path_factory) -> dict[str, Any]
             copy_root(bucket, root, killed)
             kills.append((f"{name} {path[len(root) + 1 :]}", killed))
 
-    with pytest.MonkeyPatch.context() as patch:
+    with placeholder_pictures(), pytest.MonkeyPatch.context() as patch:
         record(patch, after_each)
         run(_config(root, DATE))
     return {"root": root, "base": base, "kills": kills, "polls": polls, "model_dir": model_dir}

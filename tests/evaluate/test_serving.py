@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -12,12 +15,15 @@ import tf_keras
 
 from contract import atomic, layout, manifest
 from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
-from evaluate import report, run, serving, stage
+from evaluate import EvaluateConfig, report, run, serving, stage
 from tests import factories
 from tests.evaluate import trained_run
-from tests.evaluate.conftest import DATE
+from tests.evaluate.conftest import DATE, placeholder_pictures
 
 VERSION = "2026013100"
+
+# The pictures are checked in test_stage.py and test_report_page.py.
+pytestmark = pytest.mark.usefixtures("quick_pictures")
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +32,38 @@ def no_model_server(monkeypatch, tmp_path):
     empty = tmp_path / "empty-path"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
+
+
+@pytest.fixture(scope="module")
+def first_push(trained_template, tmp_path_factory) -> tuple[pathlib.Path, EvaluateConfig, dict]:
+    """The trained run evaluated once with min_accuracy 0.1 (blessed, pushed), without
+    tensorflow_model_server on PATH: (output root, config, metrics). Tests that change it
+    copy it first (`pushed_copy`)."""
+    template, _ = trained_template
+    folder = tmp_path_factory.mktemp("first-push")
+    root = folder / "runs"
+    shutil.copytree(template, root)
+    (folder / "empty-path").mkdir()
+    config = EvaluateConfig(
+        output_root=str(root),
+        date=DATE,
+        batch_size=128,
+        min_accuracy=0.1,
+        bless_without_thresholds=True,  # as `make_config` sets it
+    )
+    with placeholder_pictures(), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", str(folder / "empty-path"))
+        metrics = run(config)
+    return root, config, metrics
+
+
+@pytest.fixture
+def pushed_copy(first_push, tmp_path) -> tuple[pathlib.Path, EvaluateConfig]:
+    """A private copy of `first_push`'s output root (its paths are relative to the root) and
+    the same evaluation's config for it."""
+    root = tmp_path / "pushed" / "runs"
+    shutil.copytree(first_push[0], root)
+    return root, dataclasses.replace(first_push[1], output_root=str(root))
 
 
 def _push_doc(config) -> dict:
@@ -47,9 +85,8 @@ def _without_label(serialized: bytes) -> bytes:
     return example.SerializeToString()
 
 
-def test_a_blessed_model_is_served_from_the_tf_serving_layout(make_config, run_root):
-    config = make_config(min_accuracy=0.1)
-    metrics = run(config)
+def test_a_blessed_model_is_served_from_the_tf_serving_layout(first_push):
+    run_root, config, metrics = first_push
     model_dir = run_root / "serving" / "nightly"
     assert sorted(os.listdir(model_dir)) == [VERSION]  # no temporary folder left
     version_dir = model_dir / VERSION
@@ -124,9 +161,8 @@ def _files(folder) -> dict[str, tuple[int, int]]:
     }
 
 
-def test_a_rerun_leaves_the_pushed_version_as_it_is(make_config, run_root):
-    config = make_config(min_accuracy=0.1)
-    run(config)
+def test_a_rerun_leaves_the_pushed_version_as_it_is(pushed_copy):
+    run_root, config = pushed_copy
     version_dir = run_root / "serving" / "nightly" / VERSION
     before = _files(version_dir)
     metrics = run(config)
@@ -151,11 +187,10 @@ def test_an_unfinished_push_is_redone(make_config, run_root):
     assert sorted(os.listdir(run_root / "serving" / "nightly")) == [other_date.name, VERSION]
 
 
-def test_a_version_holding_another_model_is_never_replaced_in_place(make_config, run_root):
+def test_a_version_holding_another_model_is_never_replaced_in_place(pushed_copy):
     # TF Serving does not reload a version in place: the model goes to the date's next version
     # and the version it replaces leaves the served folder, untouched.
-    config = make_config(min_accuracy=0.1)
-    run(config)
+    run_root, config = pushed_copy
     version_dir = run_root / "serving" / "nightly" / VERSION
     marker_path = str(version_dir / serving.PUSH_MARKER)
     atomic.write_json_atomic(

@@ -1,7 +1,9 @@
 """Pushing to a gs:// export base, against the local GCS emulator (no cloud).
 
-The stage runs as `python -m evaluate` in its own process with the emulator's environment;
-the bucket is read back through google-cloud-storage, another client than the stage's.
+The stage runs as `python -m evaluate` in its own process with the emulator's environment,
+started as the pipeline starts its stages (contract.spawn: forked from the session's warm fork
+server when one serves); the bucket is read back through google-cloud-storage, another client
+than the stage's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from contract import storage
+from contract import spawn, storage
 from evaluate import serving
 from tests import gcs_emulator
 from tests.evaluate.conftest import DATE
@@ -57,6 +59,24 @@ def _python(gcs_env, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _evaluate(gcs_env, *args: str) -> tuple[int, str]:
+    """Runs `python -m evaluate *args` as the pipeline does; returns its exit code and its
+    output (stdout and stderr together)."""
+    process = spawn.popen(
+        [sys.executable, "-m", "evaluate", *args],
+        env=os.environ | gcs_env | {"PATH": os.path.dirname(sys.executable)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        output = process.stdout.read().decode(errors="replace")
+        return process.wait(timeout=600), output
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def _objects(bucket, prefix: str) -> dict[str, int]:
     return {
         blob.name[len(prefix) :]: blob.generation
@@ -69,10 +89,10 @@ def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path)
     upload = "import sys; from contract import gfile; gfile.upload_folder(sys.argv[1], sys.argv[2])"
     result = _python(gcs_env, "-c", upload, str(run_root / DATE), f"{ROOT}/{DATE}")
     assert result.returncode == 0, result.stderr[-3000:]
-    evaluate = ["-m", "evaluate", "--output-root", ROOT, "--date", DATE, "--min-accuracy", "0.1"]
-    result = _python(gcs_env, *evaluate)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "pushed True" in result.stdout
+    evaluate = ["--output-root", ROOT, "--date", DATE, "--min-accuracy", "0.1"]
+    code, output = _evaluate(gcs_env, *evaluate)
+    assert code == 0, output[-3000:]
+    assert "pushed True" in output
 
     files = _objects(bucket, VERSION_PREFIX)
     assert {"saved_model.pb", serving.PUSH_MARKER} <= set(files)
@@ -96,8 +116,8 @@ def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path)
 
     # A rerun of the evaluation leaves the pushed version alone.
     bucket.blob(f"runs/{DATE}/evaluate/metrics.json").delete()
-    result = _python(gcs_env, *evaluate)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, output = _evaluate(gcs_env, *evaluate)
+    assert code == 0, output[-3000:]
     assert _objects(bucket, VERSION_PREFIX) == files
     push = json.loads(bucket.blob(f"runs/{DATE}/evaluate/push.json").download_as_bytes())
     assert push["status"] == "already pushed"

@@ -12,7 +12,12 @@ import tf_keras
 
 from contract import atomic, layout
 from evaluate import EvaluateConfig, data, run, stage
-from evaluate.report import CONFUSION_MATRIX_PNG, REPORT_FILE, TRAINING_CURVES_PNG
+from evaluate.report import (
+    CONFUSION_MATRIX_PNG,
+    RELIABILITY_PNG,
+    REPORT_FILE,
+    TRAINING_CURVES_PNG,
+)
 from tests import factories
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE
@@ -20,6 +25,7 @@ from tests.evaluate.conftest import DATE
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.usefixtures("quick_pictures")  # the pictures are test_writes_every_file's
 @pytest.mark.parametrize("batch_size", [128, 1000])  # a ragged last batch, and one batch
 def test_matches_model_evaluate(make_config, batch_size):
     config = make_config(batch_size=batch_size)
@@ -49,7 +55,7 @@ def test_writes_every_file_and_metrics_last(make_config, monkeypatch):
     monkeypatch.setattr(atomic, "write_bytes_atomic", recording_write)
     metrics = run(config)
     out = config.evaluate_dir
-    for name in (CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG):
+    for name in (CONFUSION_MATRIX_PNG, TRAINING_CURVES_PNG, RELIABILITY_PNG):
         with open(os.path.join(out, name), "rb") as f:
             assert f.read(8) == PNG_MAGIC
     written = atomic.read_json(os.path.join(out, layout.METRICS_FILE))
@@ -138,6 +144,7 @@ def test_other_dataset_is_refused(make_config):
         run(make_config(dataset="mnist"))
 
 
+@pytest.mark.usefixtures("quick_pictures")  # the pictures are test_writes_every_file's
 def test_command_line(run_root, capsys, caplog):
     from evaluate.__main__ import main
 

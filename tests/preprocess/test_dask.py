@@ -23,19 +23,6 @@ pytestmark = pytest.mark.slow
 RUN_FIELDS = ("created_utc", "code_version")
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    """Two Dask workers and their scheduler; always stopped, also when the test fails."""
-    state_dir = str(tmp_path / "dask")
-    state = dask_cluster.start(workers=2, state_dir=state_dir)
-    try:
-        yield state
-    finally:
-        dask_cluster.stop(state_dir)
-    pids = [state["scheduler_pid"], *state["worker_pids"]]
-    assert not [p for p in pids if dask_cluster._alive_as_started(p, "")], "processes left"
-
-
 def comparable(data_dir: str) -> dict:
     with open(os.path.join(data_dir, layout.MANIFEST_FILE)) as f:
         doc = json.load(f)
@@ -65,10 +52,51 @@ def _on_dask_and_flags(make_config):
     return on_dask, flags
 
 
-def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config, cluster, direct):
+def test_cluster_command_serves_a_byte_identical_run_and_stops_its_own_processes(
+    make_config, direct, tmp_path
+):
+    # One cluster, started and stopped through the command a user runs, serves the run: its
+    # output must be the DirectRunner's, byte for byte, computed by the code the client shipped.
+    state_dir = str(tmp_path / "dask")
+    run = [sys.executable, "-m", "preprocess.dask_cluster"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*run, *args, "--state-dir", state_dir],
+            capture_output=True, text=True, timeout=180, cwd=factories.PROJECT_ROOT, env=env,
+        )  # fmt: skip
+
+    started = cli("start", "--workers", "2")
+    pids: list[int] = []
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        address = started.stdout.strip().splitlines()[-1]
+        assert address.startswith("tcp://127.0.0.1:")
+        with open(os.path.join(state_dir, dask_cluster.STATE_FILE)) as f:
+            state = json.load(f)
+        pids = [state["scheduler_pid"], *state["worker_pids"]]
+        status = cli("status")
+        assert status.stdout.strip() == f"{address} with 2 workers"
+        again = cli("start", "--workers", "2")
+        assert again.returncode == 1 and f"runs at {address}: stop it first" in again.stderr
+        _assert_run_on_cluster_matches_direct(make_config, direct, address)
+    finally:
+        stopped = cli("stop")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 3 processes")
+    # Every process it started is gone (or a zombie), the workers too.
+    assert len(pids) == 3
+    assert not [pid for pid in pids if dask_cluster._alive_as_started(pid, "")], "processes left"
+    assert cli("status").returncode == 1
+    bad = cli("start", "--workers", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --workers must be at least 1")
+
+
+def _assert_run_on_cluster_matches_direct(make_config, direct, address: str) -> None:
+    """Runs the stage on the cluster at `address`; checks what it published and who ran it."""
     on_dask, flags = _on_dask_and_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner",
-            f"--dask_client_address={cluster['address']}"]  # fmt: skip
+            f"--dask_client_address={address}"]  # fmt: skip
     result = subprocess.run(
         args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
     )
@@ -87,41 +115,10 @@ def test_dask_cluster_output_is_byte_identical_to_the_direct_runner(make_config,
     # The workers ran the code the client shipped, not a copy they found on their own.
     from distributed import Client
 
-    with Client(cluster["address"], timeout=30) as client:
+    with Client(address, timeout=30) as client:
         where = client.run(lambda: __import__("preprocess.transforms").transforms.__file__)
     assert len(where) == 2
     assert all(".zip" in path and "nightly_trainer_code_" in path for path in where.values())
-
-
-def test_cluster_command_starts_reports_and_stops_its_own_processes(tmp_path):
-    state_dir = str(tmp_path / "dask")
-    run = [sys.executable, "-m", "preprocess.dask_cluster"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*run, *args, "--state-dir", state_dir],
-            capture_output=True, text=True, timeout=180, cwd=factories.PROJECT_ROOT, env=env,
-        )  # fmt: skip
-
-    started = cli("start", "--workers", "2")
-    try:
-        assert started.returncode == 0, started.stderr[-2000:]
-        address = started.stdout.strip().splitlines()[-1]
-        assert address.startswith("tcp://127.0.0.1:")
-        status = cli("status")
-        assert status.stdout.strip() == f"{address} with 2 workers"
-        again = cli("start", "--workers", "2")
-        assert again.returncode == 1 and f"runs at {address}: stop it first" in again.stderr
-        with open(os.path.join(state_dir, dask_cluster.STATE_FILE)) as f:
-            pids = [json.load(f)["scheduler_pid"]]
-    finally:
-        stopped = cli("stop")
-    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 3 processes")
-    assert not dask_cluster._alive_as_started(pids[0], "scheduler")  # gone (or a zombie)
-    assert cli("status").returncode == 1
-    bad = cli("start", "--workers", "0")
-    assert bad.returncode == 2 and bad.stderr.startswith("error: --workers must be at least 1")
 
 
 def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(make_config, direct):

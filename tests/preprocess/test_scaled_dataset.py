@@ -121,26 +121,14 @@ def test_perturbation_depends_only_on_copy_and_index(tiny_sources):
 
 
 @pytest.mark.slow
-def test_two_builds_write_the_same_examples_in_the_same_order(tiny_sources, tmp_path):
+def test_two_builds_write_the_same_examples_in_the_same_order(tiny_sources, taking_turns, tmp_path):
     # Examples, not file bytes: TFDS serialises the feature map in an order that can differ
     # between processes (the stage decodes and re-encodes every record anyway).
-    # The second build runs in another process: nothing may hang on per-process state
-    # (Python's string hashing, TFDS's map order).
+    # The second build is the one another process made while taking turns: nothing may hang
+    # on per-process state (Python's string hashing, TFDS's map order).
+    assert taking_turns["returncodes"] == [0, 0], taking_turns["outputs"]
     first = build(tiny_sources, tmp_path / "a", factor=2)
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from preprocess import sources; sources.prepare_dataset(*sys.argv[1:])",
-            "fashion_mnist_scaled/x2",
-            str(tmp_path / "b"),
-            *tiny_sources,
-        ],
-        check=True,
-        cwd=factories.PROJECT_ROOT,
-        capture_output=True,
-    )
-    second = sources.prepare_dataset("fashion_mnist_scaled/x2", str(tmp_path / "b"))
+    second = sources.prepare_dataset("fashion_mnist_scaled/x2", str(taking_turns["data_dir"]))
 
     def in_file_order(builder) -> list[tuple[bytes, int]]:
         dataset = builder.as_dataset(split="train", shuffle_files=False)
@@ -220,11 +208,13 @@ def _lock_waiters(lock_path: pathlib.Path) -> int:
         return sum(1 for line in locks if "->" in line and f" {inode} " in line)
 
 
-@pytest.mark.slow
-def test_runs_preparing_one_data_dir_at_once_take_turns(tiny_sources, tmp_path):
-    # Both runs find nothing prepared and wait for the lock this test holds; once it is
-    # freed one builds and the other reuses that build (no race in TFDS's folder rename).
-    data_dir = tmp_path / "tfds"
+@pytest.fixture(scope="module")
+def taking_turns(tiny_sources, tmp_path_factory) -> dict:
+    """Two processes preparing fashion_mnist_scaled/x2 in one empty data_dir at once: both find
+    nothing prepared and wait for the lock held here; once it is freed one builds and the other
+    reuses that build (no race in TFDS's folder rename). Their outputs and exit codes, and
+    the data_dir."""
+    data_dir = tmp_path_factory.mktemp("taking-turns") / "tfds"
     data_dir.mkdir()
     lock_path = data_dir / sources.PREPARE_LOCK
     code = (
@@ -254,7 +244,17 @@ def test_runs_preparing_one_data_dir_at_once_take_turns(tiny_sources, tmp_path):
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     outputs = [run.communicate(timeout=300)[0] for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], outputs
+    return {
+        "data_dir": data_dir,
+        "outputs": outputs,
+        "returncodes": [run.returncode for run in runs],
+    }
+
+
+@pytest.mark.slow
+def test_runs_preparing_one_data_dir_at_once_take_turns(tiny_sources, taking_turns):
+    outputs = taking_turns["outputs"]
+    assert taking_turns["returncodes"] == [0, 0], outputs
     assert all("prepared" in output for output in outputs)
-    reused = build(tiny_sources, data_dir, factor=2)
+    reused = build(tiny_sources, taking_turns["data_dir"], factor=2)
     assert len(examples(reused, "train")) == 2 * conftest.TINY_TRAIN

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 
 import pytest
 
@@ -11,6 +12,7 @@ from contract import layout, manifest, records
 from preprocess import run_preprocess
 from preprocess.errors import PreprocessError
 from tests import factories
+from tests.preprocess.conftest import tiny_config
 
 
 def data_dir_of(cfg) -> str:
@@ -28,9 +30,17 @@ def file_bytes(data_dir: str) -> dict[str, bytes]:
     return out
 
 
-def test_counts_balance_and_manifest(make_config):
-    cfg = make_config()
-    doc = run_preprocess(cfg)
+@pytest.fixture(scope="module")
+def default_run(tiny_tfds, tiny_sources, tmp_path_factory):
+    """The stage run once on tiny_config's defaults (four workers), for the tests that only
+    read its output or compare with it: (config, manifest)."""
+    output_root = str(tmp_path_factory.mktemp("default") / "runs")
+    cfg = tiny_config(tiny_tfds, tiny_sources, output_root=output_root)
+    return cfg, run_preprocess(cfg)
+
+
+def test_counts_balance_and_manifest(default_run):
+    cfg, doc = default_run
     data_dir = data_dir_of(cfg)
     assert manifest.verify(data_dir) == doc
     # 300 train: 30 validation, 270 / 4 workers = 67 each, 2 leftover into validation.
@@ -66,11 +76,10 @@ def _records(path: str):
     return tf.data.TFRecordDataset(path).as_numpy_iterator()
 
 
-def test_records_decode_to_the_source_images(make_config):
+def test_records_decode_to_the_source_images(default_run):
     import tensorflow as tf
 
-    cfg = make_config(num_workers=2)
-    doc = run_preprocess(cfg)
+    cfg, doc = default_run
     paths = manifest.split_paths(data_dir_of(cfg), doc, layout.EVAL_SPLIT)
     images, labels = records.parse_batch(
         next(iter(tf.data.TFRecordDataset(paths).batch(100))), doc["image_shape"]
@@ -82,10 +91,10 @@ def test_records_decode_to_the_source_images(make_config):
 
 
 @pytest.mark.slow
-def test_same_input_same_bytes_across_runner_modes(make_config):
-    first = make_config(date="2026-01-01")
+def test_same_input_same_bytes_across_runner_modes(make_config, default_run):
+    # Another date, other chunk and batch sizes, several processes: the same shard files.
+    first, _ = default_run
     second = make_config(date="2026-01-02", read_chunk_size=64, batch_size=13)
-    run_preprocess(first)
     run_preprocess(second, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     a, b = file_bytes(data_dir_of(first)), file_bytes(data_dir_of(second))
     assert len(a) == 6 and a == b
@@ -100,9 +109,10 @@ def test_max_records_per_file_splits_worker_parts(make_config):
     assert len(manifest.file_entries(doc, "eval")) == 2
 
 
-def test_complete_output_is_refused_then_replaced_with_overwrite(make_config):
-    cfg = make_config(num_workers=2)
-    run_preprocess(cfg)
+def test_complete_output_is_refused_then_replaced_with_overwrite(make_config, default_run):
+    cfg = make_config()
+    # A complete shard set of this config: the default run's output, copied under this root.
+    shutil.copytree(os.path.dirname(data_dir_of(default_run[0])), os.path.dirname(data_dir_of(cfg)))
     with pytest.raises(PreprocessError, match="already complete: .*manifest.json .*--overwrite"):
         run_preprocess(cfg)
     doc = run_preprocess(make_config(num_workers=3, overwrite=True))

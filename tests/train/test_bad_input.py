@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 
@@ -28,11 +29,20 @@ def launch_args(data_dir: str, train_dir: str, **overrides) -> list[str]:
     return argv
 
 
+@pytest.fixture(scope="module")
+def pristine_data_dir(tmp_path_factory) -> str:
+    """A valid small shard set, written once; each test works on its own copy (see `dirs`)."""
+    path = str(tmp_path_factory.mktemp("bad_input") / "data")
+    write_small_shard_set(path)
+    return path
+
+
 @pytest.fixture
-def dirs(tmp_path):
-    """A valid small shard set and a train folder holding a backup that must survive."""
+def dirs(pristine_data_dir, tmp_path):
+    """A valid small shard set (some tests break it) and a train folder holding a backup that
+    must survive."""
     data_dir, train_dir = str(tmp_path / "data"), str(tmp_path / "train")
-    write_small_shard_set(data_dir)
+    shutil.copytree(pristine_data_dir, data_dir)
     backup = os.path.join(train_dir, layout.BACKUP_DIR, "chief")
     os.makedirs(backup)
     with open(os.path.join(backup, "checkpoint"), "w") as f:

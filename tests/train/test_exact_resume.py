@@ -136,7 +136,6 @@ def test_test_time_flips_change_what_is_validated_not_the_training(
     [
         pytest.param(f"1:{STEPS_PER_EPOCH + 7}", id="inside-the-second-epoch"),
         pytest.param("0:validated-2", id="after-an-epochs-validation"),
-        pytest.param("0:saved", id="after-the-last-step-before-history"),
     ],
 )
 def test_killed_worker_resumes_to_the_uninterrupted_run_despite_retried_backup_writes(
@@ -149,23 +148,21 @@ def test_killed_worker_resumes_to_the_uninterrupted_run_despite_retried_backup_w
     proc = train(data_dir, train_dir, env=env)
     finished(proc)
     assert "retry 2" in log_text(train_dir, 0)
-    worker = int(fault.split(":")[0])
-    notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
-    assert len(notices) == 1 and notices[0].startswith(f"worker {worker} died")
-    assert "restarting the cluster (restart 1 of" in notices[0]
+    died_once(proc, int(fault.split(":")[0]))
     assert outcome(train_dir) == uninterrupted
     doc = history(train_dir)
     assert doc["attempt"] == 1
     starts = [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
-    if fault.endswith("saved"):
-        # Killed after the last step: the restart trains nothing, it only writes the files.
-        assert len(starts) == 1 and doc["resumed_from_step"] == doc["steps_trained_total"]
-        # No fit ran in this attempt (the run's throughput arithmetic is a unit test).
-        assert doc["fit_return_seconds"] is None
-    else:
-        # The restart resumed from the last backup, at most save_freq_steps back.
-        assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
+    # The restart resumed from the last backup, at most save_freq_steps back.
+    assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
+
+
+def died_once(proc: subprocess.CompletedProcess, worker: int) -> None:
+    """The launch saw `worker` die once and restarted the cluster once."""
+    notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
+    assert len(notices) == 1 and notices[0].startswith(f"worker {worker} died")
+    assert "restarting the cluster (restart 1 of" in notices[0]
 
 
 @pytest.mark.e2e
@@ -187,8 +184,24 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
         timeout=60,
         failure=lambda: "the killed stage's processes still hold the date's lock after 60 s",
     )
-    finished(train(data_dir, train_dir))
+    # The rerun's chief is killed in turn, after the last step with the model and checkpoint
+    # written and before history.json: the kill point after training is tested on this rerun
+    # rather than on a launch of its own. The first writes of the rerun's first backup fail.
+    env = train_env(TRAIN_FAULT_KILL_AT_STEP="0:saved", **{backup.FAULT_IO_ENV: "1:2:EIO"})
+    rerun = train(data_dir, train_dir, env=env)
+    finished(rerun)
+    assert "retry 2" in log_text(train_dir, 0)
+    died_once(rerun, 0)
     assert outcome(train_dir) == uninterrupted
+    doc = history(train_dir)
+    assert doc["attempt"] == 1
+    # Killed after the last step: the restart trains nothing, it only writes the files. The
+    # chief's log holds the killed stage's start and the rerun's first attempt's, no third.
+    starts = [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
+    assert len(starts) == 2 and doc["resumed_from_step"] == doc["steps_trained_total"]
+    # No fit ran in this attempt (the run's throughput arithmetic is a unit test).
+    assert doc["fit_return_seconds"] is None
+    assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
 
 
 @pytest.mark.e2e

@@ -13,11 +13,17 @@ from tests.train.conftest import SMALL_RUN, history, train_env, write_small_shar
 from train import __main__ as cli
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> str:
+    """A small two-worker shard set that the tests only read: the flags fail before it is used."""
+    path = str(tmp_path_factory.mktemp("flags") / "data")
+    write_small_shard_set(path)
+    return path
+
+
 @pytest.fixture
-def launch_argv(tmp_path):
+def launch_argv(data_dir, tmp_path):
     """A valid launch command line on a small two-worker shard set, without the flag under test."""
-    data_dir = str(tmp_path / "data")
-    write_small_shard_set(data_dir)
     argv = ["launch", "--data-dir", data_dir, "--train-dir", str(tmp_path / "train")]
     for name, value in SMALL_RUN.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
@@ -57,10 +63,14 @@ def test_docker_workers_with_a_gs_train_dir_are_refused(capsys, launch_argv):
 @pytest.mark.e2e
 def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, tmp_path):
     # Only the workers load it: the launcher's checks, start and watch need none of it, nor
-    # does settling a warm start that finds no blessed model (the first night).
+    # does settling a warm start that finds no blessed model (the first night). One worker on
+    # a shard set of its own: what is watched is the launcher, not the cluster.
+    solo_data_dir = str(tmp_path / "solo")
+    write_small_shard_set(solo_data_dir, num_workers=1)
     train_dir = str(tmp_path / "runs" / "2026-01-31" / "train")
-    argv = [train_dir if a == str(tmp_path / "train") else a for a in launch_argv]
-    flags = ["--num-workers", "2", "--epochs", "1", "--warm-start", "last-blessed"]
+    swap = {str(tmp_path / "train"): train_dir, launch_argv[2]: solo_data_dir}
+    argv = [swap.get(a, a) for a in launch_argv]
+    flags = ["--num-workers", "1", "--epochs", "1", "--warm-start", "last-blessed"]
     proc = subprocess.run(
         probe_argv("train", *argv, *flags),
         cwd=PROJECT_ROOT,

@@ -19,7 +19,7 @@ from train.callbacks import HOLD_ENV
 STEPS_PER_EPOCH = 16  # 256 examples per worker, 16 per batch
 SAVE_FREQ_STEPS = 20  # a periodic backup in epoch 2
 HOLD_AT_STEP = 25  # the workers wait there, mid-epoch 2, for the SIGTERM
-EPOCHS = 4
+EPOCHS = 2  # the held step lies in the last epoch: the rerun trains what is left of it
 HOLDING = f"FAULT holding at step {HOLD_AT_STEP}"
 
 

@@ -27,9 +27,12 @@ SMALL = {
 
 @pytest.fixture
 def output_root(tmp_path):
-    """An output root whose run already holds a two-worker shard set (Preprocess complete)."""
+    """An output root whose run already holds a one-worker shard set (Preprocess complete).
+
+    One worker: what is under test is the task around the launch, not the cluster.
+    """
     root = str(tmp_path / "runs")
-    write_small_shard_set(layout.data_dir(root, DATE.isoformat()))
+    write_small_shard_set(layout.data_dir(root, DATE.isoformat()), num_workers=1)
     return root
 
 
@@ -85,11 +88,11 @@ def test_docker_executor_adds_the_launchers_docker_backend(output_root, docker_e
 
 @pytest.mark.e2e
 def test_luigi_train_runs_and_writes_history(output_root):
-    task = Train(date=DATE, output_root=output_root, num_workers=2, **SMALL)
+    task = Train(date=DATE, output_root=output_root, num_workers=1, **SMALL)
     assert luigi.build([task], local_scheduler=True, log_level="WARNING")
     with open(task.output().path) as f:
         doc = json.load(f)
-    assert doc["epochs_completed"] == 2 and doc["num_workers"] == 2
+    assert doc["epochs_completed"] == 2 and doc["num_workers"] == 1
     with open(os.path.join(layout.logs_dir(output_root, "2026-01-31"), "train.log")) as f:
         assert f.read().count(PROGRESS_PREFIX) == 2
 

@@ -39,6 +39,15 @@ def data_dir(tmp_path_factory) -> str:
     return path
 
 
+@pytest.fixture(scope="module")
+def solo_data_dir(tmp_path_factory) -> str:
+    """A one-worker shard set for the runs that are about the starting model, not the
+    cluster; the killed and resumed run keeps two workers, on `data_dir`."""
+    path = str(tmp_path_factory.mktemp("warm") / "solo")
+    write_small_shard_set(path, num_workers=1)
+    return path
+
+
 def bless(root: str, model_path: str, date: str = BLESSED_DATE, sha256: str | None = None):
     """Writes the latest pointer naming `model_path`, as evaluate does when it blesses."""
     pointer.write(
@@ -57,13 +66,19 @@ def bless(root: str, model_path: str, date: str = BLESSED_DATE, sha256: str | No
 
 
 @pytest.fixture(scope="module")
-def first_night(data_dir, tmp_path_factory) -> tuple[subprocess.CompletedProcess, str, str]:
-    """A real first night (seed 5, 2 epochs) asked to warm start with nothing blessed yet, so
-    it starts cold: (the launch, its output root, its train dir)."""
+def first_night(solo_data_dir, tmp_path_factory) -> tuple[subprocess.CompletedProcess, str, str]:
+    """A real one-worker first night (seed 5, 2 epochs) asked to warm start with nothing
+    blessed yet, so it starts cold: (the launch, its output root, its train dir)."""
     root = str(tmp_path_factory.mktemp("blessed") / "runs")
     train_dir = layout.train_dir(root, BLESSED_DATE)
     proc = train(
-        data_dir, train_dir, epochs=2, seed=5, early_stopping_patience=0, warm_start="last-blessed"
+        solo_data_dir,
+        train_dir,
+        num_workers=1,
+        epochs=2,
+        seed=5,
+        early_stopping_patience=0,
+        warm_start="last-blessed",
     )
     finished(proc)
     return proc, root, train_dir
@@ -90,12 +105,20 @@ def trainable(model_path: str) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
-def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, tmp_path, blessed):
+def test_warm_start_begins_from_the_blessed_weights_and_records_them(
+    solo_data_dir, tmp_path, blessed
+):
     root, train_dir = night(tmp_path, blessed)
     model_path = layout.join(layout.train_dir(root, BLESSED_DATE), layout.MODEL_FILE)
     # warm_start_learning_rate sets the warm run's rate; the same run cold keeps its own.
-    run = {"epochs": 1, "seed": 11, "learning_rate": 0.02, "warm_start_learning_rate": STILL}
-    proc = train(data_dir, train_dir, warm_start="last-blessed", **run)
+    run = {
+        "num_workers": 1,
+        "epochs": 1,
+        "seed": 11,
+        "learning_rate": 0.02,
+        "warm_start_learning_rate": STILL,
+    }
+    proc = train(solo_data_dir, train_dir, warm_start="last-blessed", **run)
     finished(proc)
     notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
     assert f"warm start from the model blessed on {BLESSED_DATE} ({model_path})" in notices
@@ -121,7 +144,7 @@ def test_warm_start_begins_from_the_blessed_weights_and_records_them(data_dir, t
     assert written["warm_start_date"] == BLESSED_DATE
 
     cold_dir = str(tmp_path / "cold" / "train")
-    finished(train(data_dir, cold_dir, **run))  # the same run, warm start off
+    finished(train(solo_data_dir, cold_dir, **run))  # the same run, warm start off
     cold, blessed_weights = trainable(f"{cold_dir}/model.keras"), trainable(model_path)
     assert not all(np.allclose(c, b, atol=1e-3) for c, b in zip(cold, blessed_weights, strict=True))
     assert history(cold_dir)["warm_start"]["started_from"] is None
