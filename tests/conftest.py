@@ -22,7 +22,8 @@ HEAVY_MARKERS = ("e2e", "docker", "slow")
 DOCKER_TESTS = "tests/docker/"
 
 
-@pytest.hookimpl(tryfirst=True)
+# Optional: `pytest -p no:xdist` runs the suite in one process without this hook.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`pytest -n N --dist loadfile`: whole files to one process, and tests/docker/ as one file.
 
