@@ -2,8 +2,9 @@
 # Builds the offline base image (Debian bookworm + Python 3.11) without any image registry.
 #
 # The Docker engine on CI starts empty and cannot pull `python:3.11-slim`, but it can reach
-# Debian's mirrors: debootstrap a minimal rootfs, then `docker import` it. Bookworm's python3
-# is 3.11, the version requirements.lock is pinned for.
+# Debian's mirrors: mmdebstrap writes a minimal rootfs tarball, then `docker import` loads it.
+# Bookworm's python3 is 3.11, the version requirements.lock is pinned for. mmdebstrap resolves
+# and unpacks with apt, in about half debootstrap's time and CPU for the same packages.
 #
 # Usage: docker/make_base_image.sh [IMAGE]      (root; IMAGE defaults to $BASE_IMAGE or below)
 # Environment:
@@ -35,40 +36,39 @@ fi
 
 start=$SECONDS
 if [[ "${FORCE:-0}" == 1 || ! -s "$TARBALL" ]]; then
-  [[ "$(id -u)" == 0 ]] || die "debootstrap needs root; rerun as root (sudo $0)."
+  [[ "$(id -u)" == 0 ]] || die "mmdebstrap needs root here; rerun as root (sudo $0)."
   mkdir -p "$CACHE_DIR"
-  if ! command -v debootstrap >/dev/null; then
+  hooks=/usr/share/mmdebstrap/hooks/merged-usr
+  if ! command -v mmdebstrap >/dev/null || [[ ! -d "$hooks" ]]; then
     # Unattended (CI on a fresh machine): install it from Debian like everything else here.
     command -v apt-get >/dev/null \
-      || die "debootstrap is not installed and there is no apt-get; install debootstrap."
-    log "installing debootstrap with apt-get"
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; } \
+      || die "mmdebstrap is not installed and there is no apt-get; install mmdebstrap."
+    log "installing mmdebstrap with apt-get"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap; } \
       > "$CACHE_DIR/apt-get.log" 2>&1 \
-      || die "apt-get install debootstrap failed; see $CACHE_DIR/apt-get.log."
+      || die "apt-get install mmdebstrap failed; see $CACHE_DIR/apt-get.log."
   fi
-  rootfs="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
-  trap 'rm -rf "$rootfs" "$TARBALL.tmp"' EXIT
-  log "debootstrap $SUITE ($PACKAGES) from $MIRROR into $rootfs"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR" \
-    > "$CACHE_DIR/debootstrap.log" 2>&1 \
-    || die "debootstrap failed; see $CACHE_DIR/debootstrap.log (is $MIRROR reachable?)."
-  # Same clean-up as the official Debian images: no package lists or caches in the image.
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
-    "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/*.log
-  tar --numeric-owner -C "$rootfs" -cf "$TARBALL.tmp" .
+  trap 'rm -f "$TARBALL.tmp"' EXIT
+  log "mmdebstrap $SUITE ($PACKAGES) from $MIRROR into $TARBALL"
+  # The merged-usr hook gives bookworm's merged /usr as debootstrap does (usr-is-merged, not
+  # the usrmerge package and the Perl it pulls in). mmdebstrap leaves out package lists and
+  # caches, as the official Debian images do; /dev is Docker's own at run time.
+  mmdebstrap --variant=minbase --hook-dir="$hooks" --include="$PACKAGES" \
+    --skip=output/dev --format=tar "$SUITE" "$TARBALL.tmp" "$MIRROR" \
+    > "$CACHE_DIR/mmdebstrap.log" 2>&1 \
+    || die "mmdebstrap failed; see $CACHE_DIR/mmdebstrap.log (is $MIRROR reachable?)."
   mv "$TARBALL.tmp" "$TARBALL"
-  rm -rf "$rootfs"
   trap - EXIT
   log "rootfs tarball written to $TARBALL ($((SECONDS - start))s)"
 else
-  log "reusing cached rootfs tarball $TARBALL (delete it or set FORCE=1 to redo debootstrap)"
+  log "reusing cached rootfs tarball $TARBALL (delete it or set FORCE=1 to redo mmdebstrap)"
 fi
 
 docker import \
   --change 'ENV LANG=C.UTF-8' \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["bash"]' \
-  --message "debootstrap --variant=minbase $SUITE + $PACKAGES" \
+  --message "mmdebstrap --variant=minbase $SUITE + $PACKAGES" \
   "$TARBALL" "$IMAGE" >/dev/null \
   || die "docker import of $TARBALL failed; delete the tarball and rerun."
 docker run --rm "$IMAGE" python3 -c 'import ensurepip, ssl, sys; assert sys.version_info[:2] == (3, 11)' \

@@ -14,7 +14,8 @@ from tests.train.test_exact_resume import EXACT_RUN, STEPS_PER_EPOCH, finished, 
 
 # The nightly recipe's kind (luigi.cfg [Train]) in 2 epochs: on-the-fly augmentation, a
 # warmed-up cosine schedule and label smoothing, all of whose state a resume must put back;
-# with cnn2 in float32 and with the nightly cnn3 computing in bfloat16.
+# with the mlp in float32 (the recipe's state, not a model's, is under test there) and with
+# the nightly cnn3 computing in bfloat16. Every model's training step is in test_units.py.
 RECIPE = {
     **nightly(
         "Train",
@@ -37,7 +38,7 @@ def data_dir(tmp_path_factory) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "model, precision", [("cnn2", "float32"), ("cnn3", "mixed_bfloat16")], ids=["cnn2", "cnn3-bf16"]
+    "model, precision", [("mlp", "float32"), ("cnn3", "mixed_bfloat16")], ids=["mlp", "cnn3-bf16"]
 )
 def test_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path, model, precision):
     recipe = {**RECIPE, "model": model, "precision": precision}

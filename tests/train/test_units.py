@@ -67,6 +67,27 @@ def test_registry_builds_softmax_models():
         np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
 
 
+def test_every_registered_model_takes_a_training_step():
+    """Each model trains: a step on a batch moves every trainable weight."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, [8, 28, 28, 1]).astype(np.float32)
+    labels = rng.integers(0, 10, [8])
+    for name in models.MODELS:
+        model = models.build(name, [28, 28, 1], 10)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        before = [w.copy() for w in model.get_weights()]
+        loss = float(model.train_on_batch(images, labels))
+        assert np.isfinite(loss), name
+        after = model.get_weights()
+        trainable = {id(w) for w in model.trainable_weights}
+        changed = [
+            not np.array_equal(b, a)
+            for b, a, w in zip(before, after, model.weights, strict=True)
+            if id(w) in trainable
+        ]
+        assert changed and all(changed), name
+
+
 def test_file_io_is_retried_with_backoff():
     from train import artifacts
 
