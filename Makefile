@@ -108,7 +108,7 @@ clean-runs:
 	@echo "deleting runs/: every run's shards, models, metrics and runs/latest.json"
 	rm -rf runs
 
-# Docker: the offline base (debootstrap + docker import, as root), then the stages' image on it.
+# Docker: the offline base (mmdebstrap + docker import, as root), then the stages' image on it.
 # `BASE_IMAGE=python:3.11-slim make docker-image` builds on the ordinary public base instead.
 IMAGE ?= nightly-trainer:latest
 BASE_IMAGE ?= nightly-trainer/base:bookworm
