@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from tests.factories import PROJECT_ROOT
-from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
 
 IMAGE = os.environ.get("NIGHTLY_TEST_IMAGE", "nightly-trainer:latest")
 BASE_IMAGE = os.environ.get("NIGHTLY_TEST_BASE_IMAGE", "nightly-trainer/base:bookworm")
@@ -105,15 +105,9 @@ def full_run(root: pathlib.Path, output_root: str, *executor_flags: str):
         "--local-scheduler",
         f"--date={DATE}",
         f"--output-root={output_root}",
-        f"--Preprocess-data-dir={root / 'tfds'}",
-        f"--Preprocess-manual-dir={root / 'sources'}",
-        f"--Preprocess-manual-checksums={root / 'sources.sha256'}",
-        "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
-        "--Train-model=mlp",
-        "--Train-epochs=1",
-        "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
-        "--Train-per-worker-batch-size=32",
-        "--Evaluate-min-accuracy=0",
+        *tiny_full_run_flags(
+            str(root / "tfds"), str(root / "sources"), str(root / "sources.sha256")
+        ),
         *executor_flags,
     ]
     env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -19,7 +19,7 @@ import pytest
 
 from contract import atomic, layout, ledger, run_lock
 from tests.factories import PROJECT_ROOT
-from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
 from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 from tests.waiting import wait_until
 from train.__main__ import precision_notice
@@ -44,17 +44,7 @@ class Runner:
 
     def __init__(self, root: pathlib.Path, tfds_dir: str, manual_dir: str, sums: str) -> None:
         self.root = root
-        self.stage_flags = [
-            f"--Preprocess-data-dir={tfds_dir}",
-            f"--Preprocess-manual-dir={manual_dir}",
-            f"--Preprocess-manual-checksums={sums}",
-            "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
-            "--Train-model=mlp",
-            "--Train-epochs=1",
-            "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
-            "--Train-per-worker-batch-size=32",
-            "--Evaluate-min-accuracy=0",
-        ]
+        self.stage_flags = tiny_full_run_flags(tfds_dir, manual_dir, sums)
 
     def command(
         self, date: str, *extra: str, scheduler: tuple[str, ...] = (), task: str = "FullRun"

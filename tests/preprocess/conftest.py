@@ -63,6 +63,22 @@ def build_tiny_tfds(data_dir: str, manual_dir: str, sums: str) -> object:
         return sources.prepare_dataset("fashion_mnist", data_dir, manual_dir, sums)
 
 
+def tiny_full_run_flags(tfds_dir: str, manual_dir: str, sums: str) -> list[str]:
+    """The luigi flags of a tiny FullRun on a `build_tiny_tfds` build: the `mlp` for one epoch,
+    Beam on one process, and a verdict by the baseline alone (no minimum accuracy)."""
+    return [
+        f"--Preprocess-data-dir={tfds_dir}",
+        f"--Preprocess-manual-dir={manual_dir}",
+        f"--Preprocess-manual-checksums={sums}",
+        "--Preprocess-beam-args=--runner=DirectRunner --direct_num_workers=1",
+        "--Train-model=mlp",
+        "--Train-epochs=1",
+        "--Train-warmup-epochs=0",  # luigi.cfg warms up for 1 epoch
+        "--Train-per-worker-batch-size=32",
+        "--Evaluate-min-accuracy=0",
+    ]
+
+
 @pytest.fixture(scope="session")
 def tiny_sources(tmp_path_factory) -> tuple[str, str]:
     """(manual_dir, sums file) of tiny Fashion-MNIST IDX files."""
