@@ -27,9 +27,11 @@ LATER = "2026-02-01"
 def _start(output_root: str, date: str, markers: str, role: str) -> spawn.Process:
     """One side of the race (tests/evaluate/race_evaluation.py), forked from the suite's fork
     server when there is one, as the pipeline starts its stages."""
-    argv = [sys.executable, "-m", "tests.evaluate.race_evaluation", output_root, date, markers]
+    program = [sys.executable, "-m", "tests.evaluate.race_evaluation"]
     env = os.environ | {"PYTHONPATH": str(PROJECT_ROOT)}
-    return spawn.popen([*argv, role], env=env, stdout=subprocess.DEVNULL)
+    return spawn.popen(
+        [*program, output_root, date, markers, role], env=env, stdout=subprocess.DEVNULL
+    )
 
 
 @pytest.mark.e2e

@@ -48,11 +48,16 @@ def bucket(gcs_env, monkeypatch):
     return gcs_client.Client().bucket(BUCKET)
 
 
+def _env(gcs_env) -> dict[str, str]:
+    """A client process's environment: the emulator's, and this venv's programs on PATH."""
+    return os.environ | gcs_env | {"PATH": os.path.dirname(sys.executable)}
+
+
 def _python(gcs_env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args],
         cwd=PROJECT_ROOT,
-        env=os.environ | gcs_env | {"PATH": os.path.dirname(sys.executable)},
+        env=_env(gcs_env),
         capture_output=True,
         text=True,
         timeout=600,
@@ -64,7 +69,7 @@ def _evaluate(gcs_env, *args: str) -> tuple[int, str]:
     output (stdout and stderr together)."""
     process = spawn.popen(
         [sys.executable, "-m", "evaluate", *args],
-        env=os.environ | gcs_env | {"PATH": os.path.dirname(sys.executable)},
+        env=_env(gcs_env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

@@ -152,10 +152,15 @@ def test_killed_worker_resumes_to_the_uninterrupted_run_despite_retried_backup_w
     assert outcome(train_dir) == uninterrupted
     doc = history(train_dir)
     assert doc["attempt"] == 1
-    starts = [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
+    starts = chief_starts(train_dir)
     # The restart resumed from the last backup, at most save_freq_steps back.
     assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
+
+
+def chief_starts(train_dir: str) -> list[tuple[int, int]]:
+    """(epoch, step) of each attempt's start in the chief's log, in order."""
+    return [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
 
 
 def died_once(proc: subprocess.CompletedProcess, worker: int) -> None:
@@ -197,7 +202,7 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     assert doc["attempt"] == 1
     # Killed after the last step: the restart trains nothing, it only writes the files. The
     # chief's log holds the killed stage's start and the rerun's first attempt's, no third.
-    starts = [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
+    starts = chief_starts(train_dir)
     assert len(starts) == 2 and doc["resumed_from_step"] == doc["steps_trained_total"]
     # No fit ran in this attempt (the run's throughput arithmetic is a unit test).
     assert doc["fit_return_seconds"] is None

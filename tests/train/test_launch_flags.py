@@ -61,14 +61,14 @@ def test_docker_workers_with_a_gs_train_dir_are_refused(capsys, launch_argv):
 
 
 @pytest.mark.e2e
-def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, tmp_path):
+def test_the_launcher_trains_without_loading_tensorflow_itself(launch_argv, data_dir, tmp_path):
     # Only the workers load it: the launcher's checks, start and watch need none of it, nor
     # does settling a warm start that finds no blessed model (the first night). One worker on
     # a shard set of its own: what is watched is the launcher, not the cluster.
     solo_data_dir = str(tmp_path / "solo")
     write_small_shard_set(solo_data_dir, num_workers=1)
     train_dir = str(tmp_path / "runs" / "2026-01-31" / "train")
-    swap = {str(tmp_path / "train"): train_dir, launch_argv[2]: solo_data_dir}
+    swap = {str(tmp_path / "train"): train_dir, data_dir: solo_data_dir}
     argv = [swap.get(a, a) for a in launch_argv]
     flags = ["--num-workers", "1", "--epochs", "1", "--warm-start", "last-blessed"]
     proc = subprocess.run(

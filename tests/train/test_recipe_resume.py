@@ -54,14 +54,14 @@ def test_recipe_resumes_exactly_after_a_killed_worker(data_dir, tmp_path, case):
     recipe = CASES[case]
     reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
     finished(train(data_dir, reference_dir, **recipe))
-    assert history(reference_dir)["precision"] == recipe["precision"]
-    assert history(reference_dir)["model"] == recipe["model"]
+    reference = history(reference_dir)
+    assert (reference["precision"], reference["model"]) == (recipe["precision"], recipe["model"])
     fault = f"1:{STEPS_PER_EPOCH + 9}"  # inside the second epoch, past a backup
     proc = train(data_dir, resumed_dir, env=train_env(TRAIN_FAULT_KILL_AT_STEP=fault), **recipe)
     finished(proc)
     assert "worker 1 died" in proc.stdout and history(resumed_dir)["resumed_from_step"] > 0
     assert outcome(resumed_dir) == outcome(reference_dir)
-    rates = history(reference_dir)["history"]["learning_rate"]
+    rates = reference["history"]["learning_rate"]
     # Each epoch records its last step's rate: epoch 1's is one warm-up step short of the
     # peak, then the cosine decays it to nothing at the last step.
     peak = EXACT_RUN["learning_rate"]
