@@ -41,6 +41,7 @@ import atexit
 import contextlib
 import ctypes
 import fcntl
+import gc
 import importlib
 import importlib.util
 import json
@@ -348,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     # `logging.basicConfig` would then do nothing, as it does not in a fresh process.
     root.handlers[:] = handlers
     root.setLevel(level)
+    # What the imports made lives as long as every program forked from here: out of the
+    # collector's sight, a program's collections neither walk it nor write to its pages.
+    gc.freeze()
     server = _Server(args.socket, before_imports)
     print("ready", flush=True)
     server.serve()

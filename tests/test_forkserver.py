@@ -21,7 +21,8 @@ OWN_PROCESSES = True
 
 PROBE = textwrap.dedent(
     """
-    import os, sys
+    import gc, os, sys
+    print("frozen", gc.get_freeze_count() > 0)
     print("argv", sys.argv[1:], "cwd", os.getcwd(), "colour", os.environ.get("COLOUR"))
     print("loaded", "json" in sys.modules, "comm", open("/proc/self/comm").read().strip())
     print("group", os.getpgid(0) == os.getpid(), "session", os.getsid(0) == os.getpid())
@@ -78,6 +79,7 @@ def test_a_forked_program_has_its_argv_env_cwd_streams_descriptors_and_exit_code
     assert process.returncode == 3
     assert f"argv ['3', '{write_end}'] cwd {folder} colour green" in output
     assert "loaded True comm probe" in output  # preloaded by the server, named as the module
+    assert "frozen True" in output  # what the server imported is out of the collector's walk
     # Always a session of its own, never the group of whoever started the server.
     assert "group True session True" in output
     assert "error: the probe's own error line" in output

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -75,6 +76,9 @@ def serve() -> None:
 
     import train.worker  # noqa: F401
 
+    # What the imports made lives as long as every worker: out of the collector's sight, a
+    # worker's collections neither walk it nor write to its pages (which a fork shares).
+    gc.freeze()
     worker_name = _name()
     _set_name(NAME)
     arm = processes.signal_when_parent_dies(signal.SIGKILL)
