@@ -11,7 +11,9 @@ PreemptionCheckpointHandler does, through the coordination service's key-value s
    for every acknowledgement before it trains step S + 1. No worker can finish S + 1
    without the claimant, so every worker knows the step before it gets there;
 3. after step S + 1 each worker saves the backup (an epoch's last step waits for that
-   epoch's end, as every backup does) and exits with 143, as a SIGTERMed process would.
+   epoch's end, as every backup does), says so in the store and waits for the others' word
+   (a peer exiting the moment its save's last collective returned could cut a transfer the
+   other still needed), then exits with 143, as a SIGTERMed process would.
 
 A worker that cannot finish this within SAVE_SECONDS (stuck in a collective whose peer has
 gone, say) exits with 143 anyway; outside fit (starting, writing the final files) SIGTERM ends
@@ -43,6 +45,7 @@ POLL_MS = 500
 CLAIM_KEY = "nightly_trainer/preemption/claimed_by"
 STEP_KEY = "nightly_trainer/preemption/save_at_step"
 ACK_KEY = "nightly_trainer/preemption/ack/{worker}"
+SAVED_KEY = "nightly_trainer/preemption/saved/{worker}"
 
 log = logging.getLogger("train")
 
@@ -209,4 +212,26 @@ class SaveOnPreemption(keras.callbacks.Callback):
         if (self.state.epoch, self.state.step) != (epoch, step):  # else just saved there
             self.state.epoch, self.state.step = epoch, step
             self.backup.save(self.state)
+        self._wait_for_peers()
         _exit_preempted(f"backup {self.state.checkpoint} holds epoch {epoch} step {step}")
+
+    def _wait_for_peers(self) -> None:
+        """Returns once every worker is past the save's last collective.
+
+        A collective can end on one worker while a peer still receives that worker's part of
+        it; a worker that exited at once would cut the peer's transfer, and the peer would
+        fail instead of exiting after its backup. So each worker says it is done and waits for
+        the others' word. A peer or coordination service already gone ended its part too.
+        """
+        if self.info.num_workers < 2:
+            return
+        coordination = context.context()
+        try:
+            coordination.set_config_key_value(SAVED_KEY.format(worker=self.info.worker_index), "1")
+            for worker in range(self.info.num_workers):
+                if worker != self.info.worker_index:
+                    coordination.get_config_key_value(
+                        SAVED_KEY.format(worker=worker), int(ACK_SECONDS * 1000)
+                    )
+        except tf.errors.OpError as e:
+            log.info("pre-emption: not every peer said it saved (%s)", e.message)
