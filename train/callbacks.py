@@ -17,11 +17,13 @@ from contract.messages import progress_line
 from train import forker
 from train.backup import RunState
 
-# Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt:
-# "<step>" as that global step begins, "stage-<step>" the same but killing its whole process
-# group (the launcher and every worker), "validated-<epoch>" right after that 1-based epoch's
-# validation (before its backup), or one of worker.run's points after training: "trained",
-# "saved" (model and checkpoint written), "finished" (history.json written, backup not removed).
+# Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt;
+# a comma-separated list of them gives one fault per attempt in turn (the second entry acts on
+# the restart after the first kill, and so on). <point> is "<step>" as that global step begins,
+# "stage-<step>" the same but killing its whole process group (the launcher and every worker),
+# "validated-<epoch>" right after that 1-based epoch's validation (before its backup), or one
+# of worker.run's points after training: "trained", "saved" (model and checkpoint written),
+# "finished" (history.json written, backup not removed).
 FAULT_ENV = "TRAIN_FAULT_KILL_AT_STEP"
 # Test-only: "<step>" makes every worker wait as that global step begins (on the first attempt)
 # until the worker gets SIGTERM, or HOLD_SECONDS pass: a run held mid-epoch for as long as a
@@ -46,9 +48,11 @@ def current_step(model: keras.Model) -> int:
 
 def fault_point(worker_index: int, attempt: int) -> str:
     """Where FAULT_ENV tells this worker to die on this attempt ("" for nowhere)."""
-    worker, _, point = os.environ.get(FAULT_ENV, "").partition(":")
-    armed = bool(point) and attempt == 0 and int(worker) == worker_index
-    return point if armed else ""
+    plan = os.environ.get(FAULT_ENV, "").split(",")
+    if attempt >= len(plan):
+        return ""
+    worker, _, point = plan[attempt].strip().partition(":")
+    return point if point and int(worker) == worker_index else ""
 
 
 def die_if_at(armed: str, point: str) -> None:

@@ -130,31 +130,31 @@ def test_test_time_flips_change_what_is_validated_not_the_training(
     assert first_epoch["val_loss"] != reference["val_loss"]
 
 
+# Two kills in one launch, one per attempt: worker 1 inside the second epoch, then, on the
+# restart, the chief right after the second epoch's validation (before its backup).
+KILLS = (f"1:{STEPS_PER_EPOCH + 7}", "0:validated-2")
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize(
-    "fault",
-    [
-        pytest.param(f"1:{STEPS_PER_EPOCH + 7}", id="inside-the-second-epoch"),
-        pytest.param("0:validated-2", id="after-an-epochs-validation"),
-    ],
-)
 def test_killed_worker_resumes_to_the_uninterrupted_run_despite_retried_backup_writes(
-    data_dir, tmp_path, uninterrupted, fault
+    data_dir, tmp_path, uninterrupted
 ):
     train_dir = str(tmp_path / "train")
-    # Before the kill, the chief's first two writes of the first backup fail: neither the
-    # retries nor the restart may show in the model.
-    env = train_env(TRAIN_FAULT_KILL_AT_STEP=fault, **{backup.FAULT_IO_ENV: "1:2:EIO"})
+    # Before the first kill, the chief's first two writes of the first backup fail: neither the
+    # retries nor the restarts may show in the model.
+    env = train_env(TRAIN_FAULT_KILL_AT_STEP=",".join(KILLS), **{backup.FAULT_IO_ENV: "1:2:EIO"})
     proc = train(data_dir, train_dir, env=env)
     finished(proc)
     assert "retry 2" in log_text(train_dir, 0)
-    died_once(proc, int(fault.split(":")[0]))
+    died(proc, [int(kill.split(":")[0]) for kill in KILLS])
     assert outcome(train_dir) == uninterrupted
     doc = history(train_dir)
-    assert doc["attempt"] == 1
+    assert doc["attempt"] == len(KILLS)
     starts = chief_starts(train_dir)
-    # The restart resumed from the last backup, at most save_freq_steps back.
-    assert len(starts) == 2 and starts[1][1] == doc["resumed_from_step"] > 0
+    # Each restart resumed from the last backup, at most save_freq_steps back: the first inside
+    # the second epoch, the second at or after it.
+    assert len(starts) == len(KILLS) + 1
+    assert STEPS_PER_EPOCH < starts[1][1] <= starts[2][1] == doc["resumed_from_step"]
     assert not os.path.exists(os.path.join(train_dir, layout.BACKUP_DIR))
 
 
@@ -163,11 +163,13 @@ def chief_starts(train_dir: str) -> list[tuple[int, int]]:
     return [(int(e), int(s)) for e, s in START_LINE.findall(log_text(train_dir, 0))]
 
 
-def died_once(proc: subprocess.CompletedProcess, worker: int) -> None:
-    """The launch saw `worker` die once and restarted the cluster once."""
+def died(proc: subprocess.CompletedProcess, workers: list[int]) -> None:
+    """The launch saw each of `workers` die, in turn, and restarted the cluster after each."""
     notices = [n for n in map(parse_notice, proc.stdout.splitlines()) if n is not None]
-    assert len(notices) == 1 and notices[0].startswith(f"worker {worker} died")
-    assert "restarting the cluster (restart 1 of" in notices[0]
+    assert len(notices) == len(workers), notices
+    for restart, (notice, worker) in enumerate(zip(notices, workers, strict=True), 1):
+        assert notice.startswith(f"worker {worker} died")
+        assert f"restarting the cluster (restart {restart} of" in notice
 
 
 @pytest.mark.e2e
@@ -196,7 +198,7 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     rerun = train(data_dir, train_dir, env=env)
     finished(rerun)
     assert "retry 2" in log_text(train_dir, 0)
-    died_once(rerun, 0)
+    died(rerun, [0])
     assert outcome(train_dir) == uninterrupted
     doc = history(train_dir)
     assert doc["attempt"] == 1

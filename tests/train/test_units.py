@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from contract import manifest
-from train import cluster, models
+from train import callbacks, cluster, models
 from train.config import ConfigError, TrainConfig
 
 
@@ -317,3 +317,13 @@ def test_resuming_a_backup_of_other_library_versions_or_without_settings_is_refu
     atomic.write_json_atomic(str(folder / backup.SETTINGS_FILE), older)
     with pytest.raises(ConfigError, match="keras None -> "):
         backup.check_resume_settings(config, shard_manifest, 2)
+
+
+def test_a_fault_plan_gives_each_attempt_its_own_kill(monkeypatch):
+    monkeypatch.setenv(callbacks.FAULT_ENV, "1:23, 0:validated-2")
+    assert [callbacks.fault_point(1, attempt) for attempt in range(3)] == ["23", "", ""]
+    assert [callbacks.fault_point(0, attempt) for attempt in range(3)] == ["", "validated-2", ""]
+    monkeypatch.setenv(callbacks.FAULT_ENV, "0:saved")
+    assert [callbacks.fault_point(0, attempt) for attempt in range(2)] == ["saved", ""]
+    monkeypatch.delenv(callbacks.FAULT_ENV)
+    assert callbacks.fault_point(0, 0) == ""
