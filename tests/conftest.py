@@ -15,6 +15,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from contract import spawn  # noqa: E402
 from contract.forkserver import ENV as FORKSERVER_ENV  # noqa: E402
 from tests import factories  # noqa: E402
+from tests import tiny_full_run as tiny
 
 # Markers whose tests start clusters, luigi runs, containers or whole-dataset builds.
 HEAVY_MARKERS = ("e2e", "docker", "slow")
@@ -96,3 +97,13 @@ def own_processes(request):
         yield
     finally:
         os.environ[FORKSERVER_ENV] = path
+
+
+@pytest.fixture(scope="session")
+def tiny_full_run(tmp_path_factory) -> tiny.TinyFullRun:
+    """The session's one tiny FullRun (tests/tiny_full_run.py), shared by every test process:
+    under pytest-xdist it lives beside the processes' own temporary folders. Read only."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return tiny.shared(base / "tiny-full-run")

@@ -18,14 +18,14 @@ import sys
 
 import pytest
 
+from tests import tiny_full_run as tiny
 from tests.factories import PROJECT_ROOT
-from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
 
 IMAGE = os.environ.get("NIGHTLY_TEST_IMAGE", "nightly-trainer:latest")
 BASE_IMAGE = os.environ.get("NIGHTLY_TEST_BASE_IMAGE", "nightly-trainer/base:bookworm")
 BUILD_TIMEOUT_SECONDS = 1800
 # The date of the FullRuns the Docker tests share.
-DATE = "2026-01-31"
+DATE = tiny.DATE
 
 
 @functools.cache
@@ -94,45 +94,33 @@ def docker_run(image: str, *command: str, timeout: float = 300) -> subprocess.Co
     )
 
 
-def full_run(root: pathlib.Path, output_root: str, *executor_flags: str):
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
-        "FullRun",
-        "--local-scheduler",
-        f"--date={DATE}",
-        f"--output-root={output_root}",
-        *tiny_full_run_flags(
-            str(root / "tfds"), str(root / "sources"), str(root / "sources.sha256")
-        ),
-        *executor_flags,
-    ]
-    env = os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+def full_run(run: tiny.TinyFullRun, output_root: str, *executor_flags: str):
+    """FullRun of the tiny run's date on its inputs, under another output root."""
+    command = [sys.executable, "-m", "luigi", *tiny.command(output_root, run.stage_flags())]
     return subprocess.run(
-        command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900
+        [*command, *executor_flags],
+        cwd=PROJECT_ROOT,
+        env=tiny.env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
 @pytest.fixture(scope="session")
-def full_runs(stage_image, tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
-    """One FullRun with local processes and one with containers (stage containers, and a
-    container per training worker), on the same tiny dataset: their run folders."""
+def full_runs(stage_image, tiny_full_run, tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """The session's tiny FullRun with local processes (tests/tiny_full_run.py) and one with
+    containers (stage containers, and a container per training worker) on its inputs: their
+    run folders."""
+    assert tiny_full_run.result.returncode == 0, tiny_full_run.result.stderr[-4000:]
     root = tmp_path_factory.mktemp("docker_full_run")
-    (root / "sources").mkdir()
-    sums = write_tiny_sources(root / "sources")
-    os.replace(sums, root / "sources.sha256")
-    build_tiny_tfds(str(root / "tfds"), str(root / "sources"), str(root / "sources.sha256"))
-    local = full_run(root, str(root / "local"), "--Executor-kind=local")
-    assert local.returncode == 0, local.stderr[-4000:]
+    mounts = [str(root), str(tiny_full_run.folder)]
     docker = full_run(
-        root,
+        tiny_full_run,
         str(root / "docker"),
         "--Executor-kind=docker",
         f"--Docker-image={stage_image}",
-        f"--Docker-mounts={json.dumps([str(root)])}",
+        f"--Docker-mounts={json.dumps(mounts)}",
     )
     assert docker.returncode == 0, docker.stderr[-4000:]
-    return root / "local" / DATE, root / "docker" / DATE
+    return tiny_full_run.run_dir, root / "docker" / DATE

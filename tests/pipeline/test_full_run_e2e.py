@@ -1,8 +1,9 @@
 """FullRun end to end on tiny Fashion-MNIST with two training workers, through the luigi CLI.
 
-One FullRun builds a run folder that the following tests share (they run in file order): a
-rerun that does nothing, a forced evaluate, an injected training failure, an overlapping run
-refused by the lock, and a run through a central scheduler (luigid).
+The session's tiny FullRun (tests/tiny_full_run.py), copied, is the run folder that the
+following tests share (they run in file order): a rerun that does nothing, a forced evaluate,
+an injected training failure, an overlapping run refused by the lock, and a run through a
+central scheduler (luigid).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import sys
 import pytest
 
 from contract import atomic, layout, ledger, run_lock
+from tests import tiny_full_run as tiny
 from tests.factories import PROJECT_ROOT
-from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
+from tests.preprocess.conftest import tiny_full_run_flags
 from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 from tests.waiting import wait_until
 from train.__main__ import precision_notice
@@ -27,7 +29,7 @@ from train.config import auto_precision
 
 pytestmark = pytest.mark.e2e
 
-DATE = "2026-01-31"
+DATE = tiny.DATE
 RETCODE_TASK_FAILED = 30  # luigi.cfg [retcode]
 RETCODE_SCHEDULING_ERROR = 35
 EVALUATE_FILES = (
@@ -116,18 +118,19 @@ def mtimes(folder: pathlib.Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    sources = tmp_path_factory.mktemp("tiny-sources")
-    sums = write_tiny_sources(sources)
-    tfds_dir = str(tmp_path_factory.mktemp("tfds"))
-    build_tiny_tfds(tfds_dir, str(sources), str(sums))
-    return Runner(tmp_path_factory.mktemp("runs"), tfds_dir, str(sources), str(sums))
+def runner(tiny_full_run, tmp_path_factory):
+    """On a copy of the session's tiny FullRun of DATE (tests/tiny_full_run.py), which these
+    tests rerun, force and fail; the copy keeps its files' mtimes."""
+    root = tmp_path_factory.mktemp("runs")
+    shutil.copytree(tiny_full_run.output_root, root, dirs_exist_ok=True)
+    return Runner(root, tiny_full_run.tfds_dir, tiny_full_run.sources, tiny_full_run.sums)
 
 
 @pytest.fixture(scope="module")
-def first_run(runner):
-    """The shared FullRun of DATE: its result and the files' mtimes right after it."""
-    result = runner.run(probe=True)
+def first_run(runner, tiny_full_run):
+    """The shared FullRun of DATE (through the TensorFlow probe): its result and the files'
+    mtimes right after it."""
+    result = tiny_full_run.result
     assert result.returncode == 0, summary(result)
     return result, mtimes(runner.run_dir())
 
