@@ -39,6 +39,9 @@ EXACT_RUN = {
     "seed": 11,
 }
 STEPS_PER_EPOCH = 16
+# How long a killed stage's processes may take to tear down and free the date's lock: seconds
+# when the machine is idle, longer beside a 2 GB image build.
+LOCK_RELEASE_SECONDS = 180
 START_LINE = re.compile(r"START initial_epoch=(\d+) initial_step=(\d+)")
 # What must match between runs: everything in history.json but this attempt's own figures.
 ATTEMPT_KEYS = (
@@ -82,6 +85,23 @@ def lock_is_free(run_dir: str) -> bool:
         return False
     lock.release()
     return True
+
+
+def lock_holders(train_dir: str) -> str:
+    """The processes that hold the run's lock file open (pid and command line), for a failure."""
+    path = run_lock.RunLock(run_lock.run_dir_of_train_dir(train_dir)).path
+    holders = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(
+                os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")
+            ):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace")
+                holders.append(f"{pid} {command[:120]}")
+        except OSError:
+            continue
+    return "; ".join(holders) or "none found"
 
 
 def finished(proc: subprocess.CompletedProcess) -> None:
@@ -188,8 +208,11 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     # should be.
     wait_until(
         lambda: lock_is_free(run_lock.run_dir_of_train_dir(train_dir)),
-        timeout=60,
-        failure=lambda: "the killed stage's processes still hold the date's lock after 60 s",
+        timeout=LOCK_RELEASE_SECONDS,
+        failure=lambda: (
+            f"the killed stage's processes still hold the date's lock after "
+            f"{LOCK_RELEASE_SECONDS} s: {lock_holders(train_dir)}"
+        ),
     )
     # The rerun's chief is killed in turn, after the last step with the model and checkpoint
     # written and before history.json: the kill point after training is tested on this rerun
