@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import pathlib
@@ -28,7 +29,11 @@ class TinyFullRun:
     """Where the run's inputs and output root are, and what `luigi ... FullRun` printed."""
 
     folder: pathlib.Path
-    result: subprocess.CompletedProcess
+
+    @functools.cached_property
+    def result(self) -> subprocess.CompletedProcess:
+        fields = json.loads((self.folder / RESULT_FILE).read_text())
+        return subprocess.CompletedProcess(["luigi"], **fields)
 
     @property
     def sources(self) -> str:
@@ -75,6 +80,7 @@ def shared(folder: pathlib.Path) -> TinyFullRun:
     """The run in `folder`, made there by the first caller of any process (the others wait on
     the folder's lock): luigi's CLI through tests.tensorflow_probe, whose last stdout line says
     whether Luigi's own process loaded TensorFlow."""
+    run = TinyFullRun(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -82,8 +88,7 @@ def shared(folder: pathlib.Path) -> TinyFullRun:
         if not result_path.exists():
             (folder / "sources").mkdir(exist_ok=True)
             sums = write_tiny_sources(folder / "sources")
-            os.replace(sums, folder / "sources.sha256")
-            run = TinyFullRun(folder, subprocess.CompletedProcess([], 0))
+            os.replace(sums, run.sums)
             build_tiny_tfds(run.tfds_dir, run.sources, run.sums)
             argv = probe_argv("luigi", *command(str(run.output_root), run.stage_flags()))
             done = subprocess.run(
@@ -92,5 +97,4 @@ def shared(folder: pathlib.Path) -> TinyFullRun:
             fields = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
             result_path.with_suffix(".tmp").write_text(json.dumps(fields))
             os.replace(result_path.with_suffix(".tmp"), result_path)
-        fields = json.loads(result_path.read_text())
-    return TinyFullRun(folder, subprocess.CompletedProcess(["luigi"], **fields))
+    return run

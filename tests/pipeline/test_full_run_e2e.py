@@ -21,7 +21,6 @@ import pytest
 from contract import atomic, layout, ledger, run_lock
 from tests import tiny_full_run as tiny
 from tests.factories import PROJECT_ROOT
-from tests.preprocess.conftest import tiny_full_run_flags
 from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 from tests.waiting import wait_until
 from train.__main__ import precision_notice
@@ -44,9 +43,9 @@ EVALUATE_FILES = (
 class Runner:
     """Runs `luigi --module pipeline FullRun` on the tiny dataset under one output root."""
 
-    def __init__(self, root: pathlib.Path, tfds_dir: str, manual_dir: str, sums: str) -> None:
+    def __init__(self, root: pathlib.Path, stage_flags: list[str]) -> None:
         self.root = root
-        self.stage_flags = tiny_full_run_flags(tfds_dir, manual_dir, sums)
+        self.stage_flags = stage_flags
 
     def command(
         self, date: str, *extra: str, scheduler: tuple[str, ...] = (), task: str = "FullRun"
@@ -66,7 +65,7 @@ class Runner:
         ]
 
     def env(self) -> dict[str, str]:
-        return os.environ | {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        return tiny.env()
 
     def run(
         self, date: str = DATE, *extra: str, probe: bool = False, **kwargs
@@ -123,7 +122,7 @@ def runner(tiny_full_run, tmp_path_factory):
     tests rerun, force and fail; the copy keeps its files' mtimes."""
     root = tmp_path_factory.mktemp("runs")
     shutil.copytree(tiny_full_run.output_root, root, dirs_exist_ok=True)
-    return Runner(root, tiny_full_run.tfds_dir, tiny_full_run.sources, tiny_full_run.sums)
+    return Runner(root, tiny_full_run.stage_flags())
 
 
 @pytest.fixture(scope="module")
