@@ -25,7 +25,7 @@ from contract import storage
 from tests import gcs_emulator
 from tests.factories import PROJECT_ROOT
 from tests.pipeline.test_full_run_e2e import EVALUATE_FILES, Runner, summary
-from tests.preprocess.conftest import build_tiny_tfds, write_tiny_sources
+from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
 
 pytestmark = pytest.mark.e2e
 
@@ -82,8 +82,8 @@ def runner(gcs, tmp_path_factory):
     tfds_dir = str(tmp_path_factory.mktemp("tfds"))
     build_tiny_tfds(tfds_dir, str(sources), str(sums))
     workdir = tmp_path_factory.mktemp("cwd")
-    runner = GcsRunner(gcs, workdir, ROOT, tfds_dir, str(sources), str(sums))
-    runner.stage_flags += TRAIN_FLAGS
+    flags = tiny_full_run_flags(tfds_dir, str(sources), str(sums))
+    runner = GcsRunner(gcs, workdir, ROOT, [*flags, *TRAIN_FLAGS])
     return runner
 
 
