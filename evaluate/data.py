@@ -41,6 +41,7 @@ def eval_dataset(data_dir: str, doc: dict[str, Any], batch_size: int) -> tf.data
     """
     image_shape = list(doc["image_shape"])
 
+    @tf.autograph.experimental.do_not_convert  # plain ops: nothing for autograph to convert
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         images, labels = records.parse_batch(serialized, image_shape)
         return tf.cast(images, tf.float32), labels
@@ -72,7 +73,9 @@ def eval_days(data_dir: str, doc: dict[str, Any]) -> tuple[np.ndarray, np.ndarra
     spec = records.day_spec() | {records.LABEL_KEY: records.feature_spec()[records.LABEL_KEY]}
     days, labels = [], []
     for batch in (
-        _eval_records(data_dir, doc).batch(4096).map(lambda s: tf.io.parse_example(s, spec))
+        _eval_records(data_dir, doc)
+        .batch(4096)
+        .map(tf.autograph.experimental.do_not_convert(lambda s: tf.io.parse_example(s, spec)))
     ):
         days.append(batch[records.DAY_KEY].numpy())
         labels.append(batch[records.LABEL_KEY].numpy())

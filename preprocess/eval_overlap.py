@@ -61,7 +61,11 @@ def file_digests(path: str) -> Iterator[bytes]:
     dataset = (
         tf.data.TFRecordDataset(path)
         .batch(READ_BATCH)
-        .map(lambda s: tf.io.parse_example(s, spec)[records.IMAGE_KEY])
+        .map(
+            tf.autograph.experimental.do_not_convert(
+                lambda s: tf.io.parse_example(s, spec)[records.IMAGE_KEY]
+            )
+        )
     )
     for images in dataset.as_numpy_iterator():
         for image in images:

@@ -54,7 +54,9 @@ def file_counts(
     dataset = (
         tf.data.TFRecordDataset(layout.join(staging_dir, entry["path"]))
         .batch(READ_BATCH)
-        .map(lambda s: records.parse_batch(s, image_shape))
+        .map(
+            tf.autograph.experimental.do_not_convert(lambda s: records.parse_batch(s, image_shape))
+        )
     )
     for images, batch_labels in dataset.as_numpy_iterator():
         values = images.reshape(-1).astype(np.int64)

@@ -162,7 +162,9 @@ def _scan_file(path: str, fmt: ExampleFormat, kind: str) -> tuple[int, set[Any]]
     dataset = (
         tf.data.TFRecordDataset(path, buffer_size=8 << 20)
         .batch(SCAN_BATCH)
-        .map(lambda s: tf.io.parse_example(s, spec)[label])
+        .map(
+            tf.autograph.experimental.do_not_convert(lambda s: tf.io.parse_example(s, spec)[label])
+        )
     )
     count, labels = 0, set()
     try:
@@ -316,7 +318,7 @@ class TFRecordReader:
             .skip(skip)
             .take(take)
             .batch(self._batch_size)
-            .map(lambda s: tf.io.parse_example(s, spec))
+            .map(tf.autograph.experimental.do_not_convert(lambda s: tf.io.parse_example(s, spec)))
         )
         channels = self._shaper.shape[2]
         day = self._days.get(path)

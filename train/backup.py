@@ -240,13 +240,17 @@ class WorkerLocalValues:
             name="worker_local_values",
         )
 
+        # Collectives only, no user code: traced as written, without autograph's conversion.
+        @tf.autograph.experimental.do_not_convert
         def gather_rows(row: tf.Tensor) -> tf.Tensor:
             # The identity places the row on this replica's device, which the collective needs.
             return tf.distribute.get_replica_context().all_gather(
                 tf.identity(row), axis=0, options=collective_options
             )
 
-        self._gather = tf.function(lambda row: strategy.run(gather_rows, args=(row,)))
+        self._gather = tf.function(
+            lambda row: strategy.run(gather_rows, args=(row,)), autograph=False
+        )
 
     def _local(self, variable: tf.Variable) -> tf.Variable:
         return self.strategy.experimental_local_results(variable)[0]
@@ -291,12 +295,15 @@ class Backup:
         self.checkpoint = tf.train.Checkpoint(**trackables, worker_local=worker_local.saved)
         self.faults = _InjectedFaults()
 
+        @tf.autograph.experimental.do_not_convert
         def any_failed(failed: tf.Tensor) -> tf.Tensor:
             return tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, tf.identity(failed), options=collective_options
             )
 
-        self._any_failed = tf.function(lambda failed: strategy.run(any_failed, args=(failed,)))
+        self._any_failed = tf.function(
+            lambda failed: strategy.run(any_failed, args=(failed,)), autograph=False
+        )
 
     def restore(self) -> RunState | None:
         """Loads the saved state into the trackables; None when there is no backup."""

@@ -184,7 +184,10 @@ def check_workers_agree(
     def gather() -> tf.Tensor:
         return tf.distribute.get_replica_context().all_gather(row, axis=0, options=options)
 
-    table = strategy.experimental_local_results(strategy.run(gather))[0].numpy()
+    # In a graph traced as written: run eagerly, the all-gather would wrap itself in a
+    # tf.function that autograph converts, seconds of CPU for one collective.
+    gather_table = tf.function(lambda: strategy.run(gather), autograph=False)
+    table = strategy.experimental_local_results(gather_table())[0].numpy()
     by_worker = {int(r[0]): list(r[1:]) for r in table}
     others = {
         name: sorted(w for w, digests in by_worker.items() if digests[i] != mine[i + 1])

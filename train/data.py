@@ -18,6 +18,11 @@ from train.config import TrainConfig
 PARALLEL_CALLS = 2
 PREFETCH_BATCHES = 2
 AUGMENT_SHIFT = 2  # pixels, each way
+# The input functions here are straight-line TensorFlow ops that call no user code, so they
+# are traced as written (`do_not_convert`): autograph's source conversion, which tf.data
+# applies to every function it traces, would change nothing in them and cost every worker
+# seconds of CPU at each start.
+do_not_convert = tf.autograph.experimental.do_not_convert
 _AUGMENT_STREAM = 1 << 30  # folded into an epoch's key for its augmentation keys
 DEFAULT_MEMORY_BUDGET_MB = TrainConfig.input_memory_budget_mb
 
@@ -61,6 +66,7 @@ def untune_device_datasets() -> None:
 
 
 def _parse(image_shape: list[int]):
+    @do_not_convert
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         images, labels = records.parse_batch(serialized, image_shape)
         return tf.cast(images, tf.float32), labels
@@ -135,10 +141,11 @@ def _in_memory_batches(
 ) -> Callable[[tf.Tensor], tf.data.Dataset]:
     num_examples = int(records.shape[0])
 
+    @do_not_convert
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         order = epoch_order(num_examples, seed, worker, epoch)[: steps * batch_size]
         indices = tf.data.Dataset.from_tensor_slices(tf.reshape(order, [steps, batch_size]))
-        return indices.map(lambda batch: tf.gather(records, batch))
+        return indices.map(do_not_convert(lambda batch: tf.gather(records, batch)))
 
     return epoch_batches
 
@@ -148,6 +155,7 @@ def _streamed_batches(
 ) -> Callable[[tf.Tensor], tf.data.Dataset]:
     paths = tf.constant(files)
 
+    @do_not_convert
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         key = epoch_key(seed, worker, epoch)
         file_order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), key)
@@ -159,6 +167,7 @@ def _streamed_batches(
             deterministic=True,
         )
 
+        @do_not_convert
         def shuffle_window(index: tf.Tensor, chunk: tf.Tensor) -> tf.data.Dataset:
             window_key = tf.random.experimental.stateless_fold_in(key, index)
             order = tf.random.experimental.stateless_shuffle(
@@ -216,6 +225,7 @@ def train_dataset(
     to_examples: Callable[..., tuple[tf.Tensor, tf.Tensor]] = parse
     if augment != "off":
 
+        @do_not_convert
         def batches_of_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             # Each batch with its augmentation key: a function of (seed, worker, epoch, index).
             stream = tf.random.experimental.stateless_fold_in(
@@ -224,9 +234,14 @@ def train_dataset(
             return (
                 epoch_batches(epoch)
                 .enumerate()
-                .map(lambda i, b: (b, tf.random.experimental.stateless_fold_in(stream, i)))
+                .map(
+                    do_not_convert(
+                        lambda i, b: (b, tf.random.experimental.stateless_fold_in(stream, i))
+                    )
+                )
             )
 
+        @do_not_convert
         def to_examples(batch: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             images, labels = parse(batch)
             return flip_shift(images, key, AUGMENT_SHIFT), labels
