@@ -31,11 +31,13 @@ SMALL_RUN = {
 NUM_VALIDATION = 203
 
 
-def write_small_shard_set(data_dir: str, num_workers: int = 2, **options) -> dict:
+def write_small_shard_set(
+    data_dir: str, num_workers: int = 2, per_worker: int = 256, **options
+) -> dict:
     return factories.write_shard_set(
         data_dir,
         num_workers=num_workers,
-        per_worker=256,
+        per_worker=per_worker,
         num_validation=NUM_VALIDATION,
         **options,
     )
