@@ -167,6 +167,12 @@ def build(
     return MODELS[name](image_shape, num_classes)
 
 
+def is_built_in(name: str) -> bool:
+    """Whether `name` is one of the registry's models: no user code in its model, loss or
+    optimizer (those come from a model by import path and its hooks)."""
+    return name in MODELS
+
+
 def check_builds(config: TrainConfig, shard_manifest: dict[str, Any]) -> None:
     """Builds a model by import path once, with its optimizer and loss hooks, and drops them,
     so that a function that fails or returns something else is found before any worker starts.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 import tf_keras as keras
 
@@ -39,7 +41,12 @@ class Trainer(keras.Model):
         core: keras.Model,
         histogram_freq_steps: int,
         collective_options: tf.distribute.experimental.CommunicationOptions,
+        autograph: bool = True,
     ) -> None:
+        """`autograph=False` traces the train step as written, without autograph's source
+        conversion: for a step of built-in layers, loss and optimizer only (the conversion
+        changes nothing there and costs each worker CPU at every start). User code by import
+        path may branch on tensors, which only autograph turns into graph ops."""
         # No autocast: the images go to `core` as they come, whatever the dtype policy.
         super().__init__(name="trainer", autocast=False)
         self.core = core
@@ -48,6 +55,20 @@ class Trainer(keras.Model):
         self.summary_writer: tf.summary.SummaryWriter | None = None
         # (epoch, step) fit starts at: the backup's position, restored before fit.
         self.start_position = (0, 0)
+        self.autograph = autograph
+        self._traced_as_written: Any = None
+
+    def make_train_function(self, force: bool = False) -> Any:
+        function = super().make_train_function(force)
+        python_function = getattr(function, "python_function", None)  # None: run eagerly
+        if self.autograph or python_function is None or function is self._traced_as_written:
+            return function
+        # Keras's own tf.function of its train function, as Keras makes it but for autograph.
+        self._traced_as_written = tf.function(
+            python_function, reduce_retracing=True, autograph=False
+        )
+        self.train_function = self._traced_as_written
+        return self.train_function
 
     def _maybe_load_initial_counters_from_ckpt(
         self, steps_per_epoch: int, initial_epoch: int

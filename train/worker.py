@@ -139,6 +139,7 @@ def build_trainer(
             core,
             config.histogram_freq_steps,
             cluster.timed_collectives(config.collective_timeout_seconds),
+            autograph=not models.is_built_in(config.model),
         )
         rate = learning_rate(
             config, manifest.steps_per_epoch(shard_manifest, config.per_worker_batch_size)

@@ -83,6 +83,42 @@ def test_every_registered_model_takes_a_training_step():
         assert changed and all(changed), name
 
 
+def test_the_train_step_is_converted_by_autograph_only_where_user_code_may_need_it():
+    """A built-in model's train step is traced as written; a model by import path keeps
+    autograph, which its layers may need to branch on a tensor."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from train.trainer import Trainer
+
+    class Doubles(keras.layers.Layer):  # branches on a tensor in Python
+        def call(self, x):
+            if tf.reduce_sum(x) > 0:
+                return x * 2.0
+            return x
+
+    def fit(core, autograph: bool) -> Trainer:
+        options = tf.distribute.experimental.CommunicationOptions()
+        trainer = Trainer(core, 0, options, autograph=autograph)
+        trainer.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        images = np.ones([4, 28, 28, 1], np.float32)
+        trainer.fit(images, np.arange(4), batch_size=2, epochs=1, verbose=0)
+        return trainer
+
+    def branching_model() -> keras.Model:
+        inputs = keras.Input([28, 28, 1])
+        x = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inputs))
+        return keras.Model(inputs, Doubles()(x))
+
+    assert models.is_built_in("mlp") and not models.is_built_in("examples.my_model:build_model")
+    plain = fit(models.build("mlp", [28, 28, 1], 10), autograph=False)
+    assert plain.train_function is plain._traced_as_written
+    assert int(plain.optimizer.iterations) == 2  # two batches of two
+    assert int(fit(branching_model(), autograph=True).optimizer.iterations) == 2
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+        fit(branching_model(), autograph=False)
+
+
 def test_file_io_is_retried_with_backoff():
     from train import artifacts
 
