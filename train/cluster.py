@@ -185,7 +185,8 @@ def check_workers_agree(
         return tf.distribute.get_replica_context().all_gather(row, axis=0, options=options)
 
     # In a graph traced as written: run eagerly, the all-gather would wrap itself in a
-    # tf.function that autograph converts, seconds of CPU for one collective.
+    # tf.function that autograph converts, a quarter of a second of a slow CPU for one
+    # collective in every worker.
     gather_table = tf.function(lambda: strategy.run(gather), autograph=False)
     table = strategy.experimental_local_results(gather_table())[0].numpy()
     by_worker = {int(r[0]): list(r[1:]) for r in table}

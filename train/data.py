@@ -21,7 +21,7 @@ AUGMENT_SHIFT = 2  # pixels, each way
 # The input functions here are straight-line TensorFlow ops that call no user code, so they
 # are traced as written (`do_not_convert`): autograph's source conversion, which tf.data
 # applies to every function it traces, would change nothing in them and cost every worker
-# seconds of CPU at each start.
+# about a second of a slow CPU at each start.
 do_not_convert = tf.autograph.experimental.do_not_convert
 _AUGMENT_STREAM = 1 << 30  # folded into an epoch's key for its augmentation keys
 DEFAULT_MEMORY_BUDGET_MB = TrainConfig.input_memory_budget_mb
