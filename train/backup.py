@@ -240,14 +240,14 @@ class WorkerLocalValues:
             name="worker_local_values",
         )
 
-        # Collectives only, no user code: traced as written, without autograph's conversion.
-        @tf.autograph.experimental.do_not_convert
         def gather_rows(row: tf.Tensor) -> tf.Tensor:
             # The identity places the row on this replica's device, which the collective needs.
             return tf.distribute.get_replica_context().all_gather(
                 tf.identity(row), axis=0, options=collective_options
             )
 
+        # Collectives only, no user code: traced as written, without autograph's conversion
+        # (which a function autograph=False runs also leaves out of strategy.run's).
         self._gather = tf.function(
             lambda row: strategy.run(gather_rows, args=(row,)), autograph=False
         )
@@ -295,7 +295,6 @@ class Backup:
         self.checkpoint = tf.train.Checkpoint(**trackables, worker_local=worker_local.saved)
         self.faults = _InjectedFaults()
 
-        @tf.autograph.experimental.do_not_convert
         def any_failed(failed: tf.Tensor) -> tf.Tensor:
             return tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, tf.identity(failed), options=collective_options

@@ -15,11 +15,13 @@ import os
 import re
 import subprocess
 
+import psutil
 import pytest
 
 from contract import layout, run_lock
 from contract.messages import parse_notice
 from tests.factories import PROJECT_ROOT
+from tests.pipeline.test_date_lock_e2e import holds_file
 from tests.train.conftest import (
     history,
     launch_argv,
@@ -91,15 +93,11 @@ def lock_holders(train_dir: str) -> str:
     """The processes that hold the run's lock file open (pid and command line), for a failure."""
     path = run_lock.RunLock(run_lock.run_dir_of_train_dir(train_dir)).path
     holders = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for process in psutil.process_iter():
         try:
-            if any(
-                os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")
-            ):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    command = f.read().replace(b"\0", b" ").decode(errors="replace")
-                holders.append(f"{pid} {command[:120]}")
-        except OSError:
+            if holds_file(process, path):
+                holders.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+        except (OSError, psutil.Error):
             continue
     return "; ".join(holders) or "none found"
 

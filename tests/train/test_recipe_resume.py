@@ -8,8 +8,6 @@ run it on one process while the other runs that file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from tests.recipe import nightly
@@ -48,27 +46,12 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def shard_sets(tmp_path_factory) -> Callable[[int], str]:
-    """The folder of a small shard set of `steps` steps an epoch, written once per size."""
-    made: dict[int, str] = {}
-
-    def data_dir(steps: int) -> str:
-        if steps not in made:
-            made[steps] = str(tmp_path_factory.mktemp("recipe") / "data")
-            write_small_shard_set(
-                made[steps], per_worker=steps * SMALL_RUN["per_worker_batch_size"]
-            )
-        return made[steps]
-
-    return data_dir
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", list(CASES))
-def test_recipe_resumes_exactly_after_a_killed_worker(shard_sets, tmp_path, case):
+def test_recipe_resumes_exactly_after_a_killed_worker(tmp_path, case):
     recipe, steps = CASES[case]
-    data_dir = shard_sets(steps)
+    data_dir = str(tmp_path / "data")
+    write_small_shard_set(data_dir, per_worker=steps * SMALL_RUN["per_worker_batch_size"])
     reference_dir, resumed_dir = str(tmp_path / "reference"), str(tmp_path / "resumed")
     finished(train(data_dir, reference_dir, **recipe))
     reference = history(reference_dir)
