@@ -65,6 +65,11 @@ DEFAULT_PRELOAD = (
     "tf_keras",
     "apache_beam",
     "apache_beam.runners.direct.direct_runner",
+    "apache_beam.runners.portability.fn_api_runner",
+    # Preprocess checks its Beam flags against every runner's, the Dask runner's too.
+    "apache_beam.runners.dask.dask_runner",
+    # The histogram and scalar summaries of a worker's TensorBoard callback.
+    "tensorboard.summary.v1",
     "preprocess.pipeline",
     "train.worker",
     "evaluate.stage",
@@ -344,7 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     for module in filter(None, args.preload.split(",")):
-        importlib.import_module(module)
+        # One not installed (Dask is optional to Beam) is imported by the program that needs
+        # it, which then fails as it would without a server.
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     # A warning logged at import (Beam's) gives the root logger a handler; a program's own
     # `logging.basicConfig` would then do nothing, as it does not in a fresh process.
     root.handlers[:] = handlers

@@ -180,6 +180,7 @@ def _fork_server(wanted: bool) -> Iterator[None]:
     """Every night's stages fork from one warm fork server (contract.spawn), which imports
     TensorFlow and Beam once for all nights; one already named in the environment is used.
     Not `wanted`: none, even one named in the environment."""
+    os.environ.update(commands.IMPORT_TIME_ENV)
     if not wanted or os.environ.get(FORKSERVER_ENV):
         named = None if wanted else os.environ.pop(FORKSERVER_ENV, None)
         try:

@@ -21,6 +21,9 @@ from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, writ
 from tests.tensorflow_probe import probe_argv
 
 DATE = "2026-01-31"
+# A backup every two of the run's four steps: the container FullRun (tests/docker/) resumes
+# from one after a worker container is killed.
+SAVE_FREQ_STEPS = 2
 RESULT_FILE = "result.json"
 
 
@@ -56,7 +59,10 @@ class TinyFullRun:
         return self.output_root / DATE
 
     def stage_flags(self) -> list[str]:
-        return tiny_full_run_flags(self.tfds_dir, self.sources, self.sums)
+        return [
+            *tiny_full_run_flags(self.tfds_dir, self.sources, self.sums),
+            f"--Train-save-freq-steps={SAVE_FREQ_STEPS}",
+        ]
 
 
 def command(output_root: str, stage_flags: list[str], date: str = DATE) -> list[str]:

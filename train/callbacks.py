@@ -14,7 +14,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract.messages import progress_line
-from train import forker
+from train import cluster, forker
 from train.backup import RunState
 
 # Test-only: "<worker>:<point>" makes that worker SIGKILL itself at <point> on the first attempt;
@@ -28,7 +28,8 @@ FAULT_ENV = "TRAIN_FAULT_KILL_AT_STEP"
 # Test-only: "<step>" makes every worker wait as that global step begins (on the first attempt)
 # until the worker gets SIGTERM, or HOLD_SECONDS pass: a run held mid-epoch for as long as a
 # test needs, on a machine of any speed. Every worker holds, so none waits in a collective.
-HOLD_ENV = "TRAIN_FAULT_HOLD_AT_STEP"
+# "epoch-<n>" holds as the first step of that 1-based epoch begins.
+HOLD_ENV = cluster.HOLD_ENV
 HOLD_SECONDS = 600.0
 # Set by train.preemption when the worker gets SIGTERM: ends a hold.
 SIGTERM_SEEN = threading.Event()
@@ -84,15 +85,23 @@ class FaultInjection(keras.callbacks.Callback):
         self._supports_tf_logs = True
         self.point = fault_point(worker_index, attempt)
         hold = os.environ.get(HOLD_ENV, "") if attempt == 0 else ""
-        self.hold_at = int(hold) if hold else None
+        self.hold_at_epoch = int(hold.removeprefix("epoch-")) if hold.startswith("epoch-") else None
+        self.hold_at = int(hold) if hold and self.hold_at_epoch is None else None
+        self.epoch_begun: int | None = None  # the 1-based epoch whose first step is next
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epoch_begun = epoch + 1
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        first_of, self.epoch_begun = self.epoch_begun, None
+        if not (self.point or self.hold_at is not None or self.hold_at_epoch is not None):
+            return
+        step = current_step(self.model)
         if self.point:
-            step = current_step(self.model)
             die_if_at(self.point, str(step))
             die_if_at(self.point, f"stage-{step}")
-        if self.hold_at is not None and current_step(self.model) == self.hold_at:
-            log.info("FAULT holding at step %d until SIGTERM", self.hold_at)
+        if step == self.hold_at or (first_of is not None and first_of == self.hold_at_epoch):
+            log.info("FAULT holding at step %d until SIGTERM", step)
             for handler in log.handlers + logging.getLogger().handlers:
                 handler.flush()
             SIGTERM_SEEN.wait(HOLD_SECONDS)

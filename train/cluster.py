@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # the launcher reads TF_CONFIG's helpers here without loading
 
 TF_CONFIG_ENV = "TF_CONFIG"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"
+# Test-only fault injection (train.callbacks, train.backup): a launch's workers get these
+# variables from its environment whichever backend starts them.
+FAULT_ENV_PREFIX = "TRAIN_FAULT_"
+# The hold of train.callbacks, which a simulated night killed in Train holds at.
+HOLD_ENV = FAULT_ENV_PREFIX + "HOLD_AT_STEP"
 
 
 class ClusterError(ValueError):

@@ -123,7 +123,8 @@ class DockerWorkerBackend:
         os.makedirs(self.train_dir, exist_ok=True)
         self.settings.hand_over(self.log_dir)
         self.settings.hand_over(self.train_dir)
-        env = {cluster.TF_CONFIG_ENV: tf_config_json, cluster.ATTEMPT_ENV: str(attempt)}
+        env = {k: v for k, v in os.environ.items() if k.startswith(cluster.FAULT_ENV_PREFIX)}
+        env |= {cluster.TF_CONFIG_ENV: tf_config_json, cluster.ATTEMPT_ENV: str(attempt)}
         labels = {
             "train-dir": self.train_dir,
             "worker": str(worker_index),

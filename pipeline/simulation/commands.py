@@ -15,10 +15,11 @@ import time
 from typing import Any
 
 from contract import layout, run_lock
-from contract.messages import PROGRESS_PREFIX, last_error
+from contract.messages import last_error
 from pipeline.simulation import faults
 from pipeline.simulation.config import Settings
 from pipeline.simulation.disk import Disk
+from train import cluster
 
 # A night that takes longer than this is stopped and counts as hung.
 NIGHT_TIMEOUT_SECONDS = 1800
@@ -26,10 +27,16 @@ POLL_SECONDS = 0.02
 # How long a killed night's processes may take to let go of the date's lock (the stage's
 # group is stopped SIGTERM first, with a grace of 60 s).
 LOCK_RELEASE_SECONDS = 180
+# A night killed in Train is killed while its workers hold at the first step of the second
+# epoch (train.callbacks; the first when it trains one epoch): after the first epoch's
+# backups, on a machine of any speed, where a kill after the first epoch's line could land
+# after training had ended.
+HOLD_AT = {True: "epoch-2", False: "1"}
+HOLDING = "FAULT holding at step"
 # Where a kill fault waits, and for what: the stage's log, and the line that says the stage is
-# past its start (Train: its first epoch line; Evaluate: the new model scored).
+# past its start (Train: its workers holding; Evaluate: the new model scored).
 KILL_POINTS = {
-    faults.KILL_TRAIN: ("Train", "train.log", PROGRESS_PREFIX),
+    faults.KILL_TRAIN: ("Train", "train.log", HOLDING),
     faults.KILL_EVALUATE: ("Evaluate", "evaluate.log", "evaluate.stage: evaluated"),
 }
 
@@ -59,16 +66,23 @@ class Attempt:
     error: str | None = None
 
 
+# What the nights' processes read at import: the simulation's fork server starts with the same,
+# or it could fork none of their stages (contract.forkserver).
+IMPORT_TIME_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def environment(settings: Settings) -> dict[str, str]:
     """The nights' environment: the simulation's luigi.cfg, and loopback never proxied."""
-    return os.environ | {
-        "LUIGI_CONFIG_PATH": settings.config_path,
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONUNBUFFERED": "1",
-        "no_proxy": "127.0.0.1,localhost",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    return (
+        os.environ
+        | IMPORT_TIME_ENV
+        | {
+            "LUIGI_CONFIG_PATH": settings.config_path,
+            "PYTHONUNBUFFERED": "1",
+            "no_proxy": "127.0.0.1,localhost",
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+    )
 
 
 def _log_path(settings: Settings, date: str, what: str) -> str:
@@ -96,6 +110,7 @@ def full_run(
     if kill is not None:
         stage, name, _ = KILL_POINTS[kill]
         stage_log = os.path.join(layout.logs_dir(settings.output_root, date), name)
+    hold = {cluster.HOLD_ENV: HOLD_AT[settings.epochs > 1]} if kill == faults.KILL_TRAIN else {}
     start_offset = os.path.getsize(stage_log) if stage_log and os.path.exists(stage_log) else 0
     started = time.monotonic()
     with open(log_path, "w") as log:
@@ -104,7 +119,7 @@ def full_run(
         process = subprocess.Popen(
             disk.command(command + list(extra)),
             cwd=settings.root,
-            env=environment(settings),
+            env=environment(settings) | hold,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -151,15 +166,28 @@ def _wait_for(process: subprocess.Popen[bytes], path: str | None, offset: int, t
 
 
 def _wait_for_lock(output_root: str, date: str) -> None:
+    """Waits until the killed night's date lock can be taken: its luigi process is gone and so
+    is every stage process that inherited the lock (a launcher or worker ending after its
+    SIGTERM grace); the next attempt would be refused before then."""
     run_dir = layout.run_dir(output_root, date)
     deadline = time.monotonic() + LOCK_RELEASE_SECONDS
-    while run_lock.in_progress(run_dir):
+    while run_lock.in_progress(run_dir) or not _lock_is_free(run_dir):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"{LOCK_RELEASE_SECONDS} s after {date}'s FullRun was killed, its processes "
                 "still hold the date's lock"
             )
         time.sleep(0.2)
+
+
+def _lock_is_free(run_dir: str) -> bool:
+    lock = run_lock.RunLock(run_dir)
+    try:
+        lock.acquire()
+    except run_lock.RunLockedError:
+        return False
+    lock.release()
+    return True
 
 
 def _error_of(log_path: str) -> str | None:

@@ -22,8 +22,8 @@ FAULTS = (
     DISK_FULL,
 )
 DESCRIPTIONS = {
-    KILL_TRAIN: "the night's process group SIGKILLed after Train's first epoch; cron's next "
-    "attempt of the date must complete it",
+    KILL_TRAIN: "the night's process group SIGKILLed in Train's second epoch (its workers held "
+    "at its first step); cron's next attempt of the date must complete it",
     KILL_EVALUATE: "the same while Evaluate runs (its model scored, not yet pushed)",
     CORRUPT_DROP: "the night's drop cut short (a truncated TFRecord): the night must fail "
     "cleanly; the drop is delivered again whole before the next night",

@@ -20,12 +20,16 @@ import pytest
 
 from tests import tiny_full_run as tiny
 from tests.factories import PROJECT_ROOT
+from tests.waiting import wait_until
 
 IMAGE = os.environ.get("NIGHTLY_TEST_IMAGE", "nightly-trainer:latest")
 BASE_IMAGE = os.environ.get("NIGHTLY_TEST_BASE_IMAGE", "nightly-trainer/base:bookworm")
 BUILD_TIMEOUT_SECONDS = 1800
 # The date of the FullRuns the Docker tests share.
 DATE = tiny.DATE
+# The global step where the container FullRun's workers wait for worker 1's container to be
+# killed: inside the tiny run's one epoch, after its first backup.
+HOLD_AT_STEP = tiny.SAVE_FREQ_STEPS + 1
 
 
 @functools.cache
@@ -94,16 +98,32 @@ def docker_run(image: str, *command: str, timeout: float = 300) -> subprocess.Co
     )
 
 
-def full_run(run: tiny.TinyFullRun, output_root: str, *executor_flags: str):
-    """FullRun of the tiny run's date on its inputs, under another output root."""
-    command = [sys.executable, "-m", "luigi", *tiny.command(output_root, run.stage_flags())]
-    return subprocess.run(
-        [*command, *executor_flags],
-        cwd=PROJECT_ROOT,
-        env=tiny.env(),
+def full_run_command(run: tiny.TinyFullRun, output_root: str, *executor_flags: str) -> list[str]:
+    """`luigi ... FullRun` of the tiny run's date on its inputs, under another output root."""
+    return [
+        sys.executable, "-m", "luigi", *tiny.command(output_root, run.stage_flags()),
+        *executor_flags,
+    ]  # fmt: skip
+
+
+def worker_container(train_dir: str, index: int) -> str:
+    """The running container of worker `index` of the launch in `train_dir` ("" when none)."""
+    proc = subprocess.run(
+        [
+            "docker", "ps", "-q",
+            "--filter", f"label=nightly-trainer.train-dir={train_dir}",
+            "--filter", f"label=nightly-trainer.worker={index}",
+        ],
         capture_output=True,
         text=True,
-        timeout=900,
+    )  # fmt: skip
+    return proc.stdout.strip()
+
+
+def _holding(train_dir: pathlib.Path, index: int) -> bool:
+    log = train_dir / "logs" / f"worker-{index}.log"
+    return log.is_file() and f"FAULT holding at step {HOLD_AT_STEP}" in log.read_text(
+        errors="replace"
     )
 
 
@@ -111,16 +131,48 @@ def full_run(run: tiny.TinyFullRun, output_root: str, *executor_flags: str):
 def full_runs(stage_image, tiny_full_run, tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
     """The session's tiny FullRun with local processes (tests/tiny_full_run.py) and one with
     containers (stage containers, and a container per training worker) on its inputs: their
-    run folders."""
+    run folders.
+
+    The container run's workers hold at HOLD_AT_STEP, after the backup of step
+    tiny.SAVE_FREQ_STEPS, until worker 1's container is killed by `docker kill`: the launcher
+    restarts the cluster, which resumes from that backup and finishes the same run."""
+    from train.callbacks import HOLD_ENV
+
     assert tiny_full_run.result.returncode == 0, tiny_full_run.result.stderr[-4000:]
     root = tmp_path_factory.mktemp("docker_full_run")
     mounts = [str(root), str(tiny_full_run.folder)]
-    docker = full_run(
+    command = full_run_command(
         tiny_full_run,
         str(root / "docker"),
         "--Executor-kind=docker",
         f"--Docker-image={stage_image}",
         f"--Docker-mounts={json.dumps(mounts)}",
     )
-    assert docker.returncode == 0, docker.stderr[-4000:]
+    train_dir = root / "docker" / DATE / "train"
+    log = root / "docker-full-run.log"
+    with open(log, "wb") as out:
+        luigi_run = subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env=tiny.env() | {HOLD_ENV: str(HOLD_AT_STEP)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: _holding(train_dir, 0) and _holding(train_dir, 1),
+            timeout=900,
+            alive=lambda: luigi_run.poll() is None,
+            failure=lambda: log.read_text(errors="replace")[-4000:],
+            interval=0.5,
+        )
+        container = worker_container(str(train_dir), 1)
+        assert container, "worker 1's container is not running"
+        subprocess.run(["docker", "kill", container], check=True, capture_output=True)
+        luigi_run.wait(timeout=900)
+    finally:
+        if luigi_run.poll() is None:
+            luigi_run.kill()
+            luigi_run.wait()
+    assert luigi_run.returncode == 0, log.read_text(errors="replace")[-4000:]
     return tiny_full_run.run_dir, root / "docker" / DATE

@@ -1,7 +1,8 @@
 """Worker containers (`train launch --backend docker`) and stage containers (pipeline.runner).
 
 The FullRuns of tests/docker/conftest.py are the runs with and without worker containers
-that the first tests compare; the rest launch their own."""
+that the first tests compare (in the one with containers a worker's container is killed
+mid-epoch); the rest launch their own."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
 
 import luigi
 import pytest
@@ -19,6 +19,8 @@ from contract import layout
 from contract.containers import ContainerSettings
 from pipeline import runner
 from tests import factories
+from tests import tiny_full_run as tiny
+from tests.docker.conftest import HOLD_AT_STEP, worker_container
 from tests.factories import PROJECT_ROOT
 from tests.waiting import wait_until
 
@@ -36,7 +38,6 @@ SETTINGS = {
     "reduce_lr_patience": 0,
     "collective_timeout_seconds": 60.0,
 }
-STEPS_PER_EPOCH = PER_WORKER // BATCH
 
 
 def launch_command(data_dir: str, train_dir: str, **overrides) -> list[str]:
@@ -135,54 +136,19 @@ def test_worker_logs_and_containers_are_cleaned_up(local_and_docker_runs):
     assert left.stdout.strip() == ""
 
 
-def worker_container(train_dir: str, index: int) -> str:
-    proc = subprocess.run(
-        [
-            "docker",
-            "ps",
-            "-q",
-            "--filter",
-            f"label=nightly-trainer.train-dir={train_dir}",
-            "--filter",
-            f"label=nightly-trainer.worker={index}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    return proc.stdout.strip()
-
-
-def test_killing_a_worker_container_restarts_the_cluster_and_resumes(stage_image, shard_root):
-    data_dir, train_dir = str(shard_root / "data"), str(shard_root / "train-killed")
-    log = shard_root / "killed.log"
-    chief_log = pathlib.Path(train_dir, "logs", "worker-0.log")
-    result: dict[str, int] = {}
-    command = in_containers(launch_command(data_dir, train_dir, epochs=4), stage_image, shard_root)
-    runner = threading.Thread(target=lambda: result.update(code=call_logged(command, log)))
-    runner.start()
-    # Kill worker 1 once the chief has finished its first epoch (a PROGRESS line).
-    wait_until(
-        lambda: chief_log.exists() and "PROGRESS" in chief_log.read_text(errors="replace"),
-        timeout=300,
-        alive=runner.is_alive,
-        failure=lambda: log.read_text()[-3000:],
-        interval=0.5,
-    )
-    container = worker_container(train_dir, 1)
-    assert container, "worker 1's container is not running"
-    subprocess.run(["docker", "kill", container], check=True, capture_output=True)
-    runner.join(timeout=600)
-    output = log.read_text()
-    assert result.get("code") == 0, output[-4000:]
+def test_killing_a_worker_container_restarts_the_cluster_and_resumes(full_runs):
+    """The container FullRun's worker 1 was killed by `docker kill` at step HOLD_AT_STEP
+    (tests/docker/conftest.py): the cluster restarted and resumed from the backup before it."""
+    local, docker = full_runs
+    train_dir = docker / "train"
+    output = (docker / "logs" / "train.log").read_text()
     assert "worker 1 died" in output and "restarting the cluster" in output
-    assert "=== attempt 1 worker 1" in pathlib.Path(train_dir, "logs", "worker-1.log").read_text()
-    history = read_json(os.path.join(train_dir, layout.HISTORY_FILE))
-    assert history["attempt"] == 1
-    assert history["epochs_completed"] == 4
-    assert history["steps_trained_total"] == 4 * STEPS_PER_EPOCH
-    # Killed after epoch 1 ended: the last backup is at most one save interval behind it.
-    save_freq = SETTINGS["save_freq_steps"]
-    assert STEPS_PER_EPOCH - save_freq < history["resumed_from_step"] < 4 * STEPS_PER_EPOCH
+    assert "=== attempt 1 worker 1" in (train_dir / "logs" / "worker-1.log").read_text()
+    history = read_json(str(train_dir / layout.HISTORY_FILE))
+    local_history = read_json(str(local / "train" / layout.HISTORY_FILE))
+    assert history["attempt"] == 1 and local_history["attempt"] == 0
+    assert history["resumed_from_step"] == tiny.SAVE_FREQ_STEPS == HOLD_AT_STEP - 1
+    assert history["steps_trained_total"] == local_history["steps_trained_total"] > HOLD_AT_STEP
 
 
 def test_bad_training_input_is_rejected_before_any_container_starts(stage_image, shard_root):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import types
 
 import numpy as np
@@ -363,3 +365,26 @@ def test_a_fault_plan_gives_each_attempt_its_own_kill(monkeypatch):
     assert [callbacks.fault_point(0, attempt) for attempt in range(2)] == ["saved", ""]
     monkeypatch.delenv(callbacks.FAULT_ENV)
     assert callbacks.fault_point(0, 0) == ""
+
+
+@pytest.mark.parametrize(("hold", "held_at"), [("epoch-2", [3]), ("4", [4]), ("", [])])
+def test_a_hold_stops_the_first_attempt_at_its_step_or_at_its_epochs_first_step(
+    monkeypatch, caplog, hold, held_at
+):
+    """Three steps an epoch: `epoch-2` holds as global step 3 begins, `4` at step 4; with
+    SIGTERM already seen the hold returns at once, so the log line is what is left of it."""
+    import tensorflow as tf
+    import tf_keras
+
+    monkeypatch.setenv(callbacks.HOLD_ENV, hold)
+    monkeypatch.setattr(callbacks, "SIGTERM_SEEN", threading.Event())
+    callbacks.SIGTERM_SEEN.set()
+    model = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,))])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((tf.zeros((6, 3)), tf.zeros((6, 2)))).batch(2)
+    with caplog.at_level(logging.INFO, logger="train"):
+        model.fit(data, epochs=3, verbose=0, callbacks=[callbacks.FaultInjection(0, attempt=0)])
+    holds = [r.getMessage() for r in caplog.records if r.getMessage().startswith("FAULT hold")]
+    assert holds == [f"FAULT holding at step {step} until SIGTERM" for step in held_at]
+    later = callbacks.FaultInjection(0, attempt=1)  # a restart never holds
+    assert later.hold_at is None and later.hold_at_epoch is None
