@@ -145,6 +145,19 @@ def _read_holder(fd: int) -> str:
         return "locked by a process that has not written its name yet"
 
 
+def is_free(run_dir: str) -> bool:
+    """Whether the date's lock can be taken now: taken and let go at once (removing a file a
+    dead holder left). Unlike `in_progress`, a lock still held by a stage process whose
+    starter is gone counts as held, as it does for the next run of the date."""
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except RunLockedError:
+        return False
+    lock.release()
+    return True
+
+
 def in_progress(run_dir: str) -> bool:
     """Whether a run of the date seems to be under way, read without touching the lock.
 

@@ -51,6 +51,16 @@ def test_other_dates_are_independent(tmp_path):
     b.release()
 
 
+def test_is_free_takes_nothing_it_does_not_let_go(tmp_path):
+    run_dir = str(tmp_path / "2026-01-31")
+    assert run_lock.is_free(run_dir)
+    holder = run_lock.RunLock(run_dir)
+    holder.acquire()
+    assert not run_lock.is_free(run_dir)
+    holder.release()
+    assert run_lock.is_free(run_dir) and not os.path.exists(holder.path)
+
+
 @pytest.mark.slow
 def test_killed_holder_leaves_no_stale_lock(tmp_path):
     run_dir = str(tmp_path / "2026-01-31")

@@ -101,7 +101,7 @@ class FaultInjection(keras.callbacks.Callback):
             die_if_at(self.point, str(step))
             die_if_at(self.point, f"stage-{step}")
         if step == self.hold_at or (first_of is not None and first_of == self.hold_at_epoch):
-            log.info("FAULT holding at step %d until SIGTERM", step)
+            log.info("%s %d until SIGTERM", cluster.HOLDING, step)
             for handler in log.handlers + logging.getLogger().handlers:
                 handler.flush()
             SIGTERM_SEEN.wait(HOLD_SECONDS)

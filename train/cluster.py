@@ -27,6 +27,8 @@ ATTEMPT_ENV = "TRAIN_ATTEMPT"
 FAULT_ENV_PREFIX = "TRAIN_FAULT_"
 # The hold of train.callbacks, which a simulated night killed in Train holds at.
 HOLD_ENV = FAULT_ENV_PREFIX + "HOLD_AT_STEP"
+# How a held worker's log says so: "<HOLDING> <global step> until SIGTERM".
+HOLDING = "FAULT holding at step"
 
 
 class ClusterError(ValueError):

@@ -31,12 +31,10 @@ LOCK_RELEASE_SECONDS = 180
 # epoch (train.callbacks; the first when it trains one epoch): after the first epoch's
 # backups, on a machine of any speed, where a kill after the first epoch's line could land
 # after training had ended.
-HOLD_AT = {True: "epoch-2", False: "1"}
-HOLDING = "FAULT holding at step"
 # Where a kill fault waits, and for what: the stage's log, and the line that says the stage is
 # past its start (Train: its workers holding; Evaluate: the new model scored).
 KILL_POINTS = {
-    faults.KILL_TRAIN: ("Train", "train.log", HOLDING),
+    faults.KILL_TRAIN: ("Train", "train.log", cluster.HOLDING),
     faults.KILL_EVALUATE: ("Evaluate", "evaluate.log", "evaluate.stage: evaluated"),
 }
 
@@ -110,7 +108,9 @@ def full_run(
     if kill is not None:
         stage, name, _ = KILL_POINTS[kill]
         stage_log = os.path.join(layout.logs_dir(settings.output_root, date), name)
-    hold = {cluster.HOLD_ENV: HOLD_AT[settings.epochs > 1]} if kill == faults.KILL_TRAIN else {}
+    hold = {}
+    if kill == faults.KILL_TRAIN:
+        hold = {cluster.HOLD_ENV: "epoch-2" if settings.epochs > 1 else "1"}
     start_offset = os.path.getsize(stage_log) if stage_log and os.path.exists(stage_log) else 0
     started = time.monotonic()
     with open(log_path, "w") as log:
@@ -171,23 +171,13 @@ def _wait_for_lock(output_root: str, date: str) -> None:
     SIGTERM grace); the next attempt would be refused before then."""
     run_dir = layout.run_dir(output_root, date)
     deadline = time.monotonic() + LOCK_RELEASE_SECONDS
-    while run_lock.in_progress(run_dir) or not _lock_is_free(run_dir):
+    while not run_lock.is_free(run_dir):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"{LOCK_RELEASE_SECONDS} s after {date}'s FullRun was killed, its processes "
                 "still hold the date's lock"
             )
         time.sleep(0.2)
-
-
-def _lock_is_free(run_dir: str) -> bool:
-    lock = run_lock.RunLock(run_dir)
-    try:
-        lock.acquire()
-    except run_lock.RunLockedError:
-        return False
-    lock.release()
-    return True
 
 
 def _error_of(log_path: str) -> str | None:

@@ -21,6 +21,7 @@ import pytest
 from tests import tiny_full_run as tiny
 from tests.factories import PROJECT_ROOT
 from tests.waiting import wait_until
+from train.cluster import HOLD_ENV, HOLDING
 
 IMAGE = os.environ.get("NIGHTLY_TEST_IMAGE", "nightly-trainer:latest")
 BASE_IMAGE = os.environ.get("NIGHTLY_TEST_BASE_IMAGE", "nightly-trainer/base:bookworm")
@@ -122,9 +123,7 @@ def worker_container(train_dir: str, index: int) -> str:
 
 def _holding(train_dir: pathlib.Path, index: int) -> bool:
     log = train_dir / "logs" / f"worker-{index}.log"
-    return log.is_file() and f"FAULT holding at step {HOLD_AT_STEP}" in log.read_text(
-        errors="replace"
-    )
+    return log.is_file() and f"{HOLDING} {HOLD_AT_STEP}" in log.read_text(errors="replace")
 
 
 @pytest.fixture(scope="session")
@@ -136,8 +135,6 @@ def full_runs(stage_image, tiny_full_run, tmp_path_factory) -> tuple[pathlib.Pat
     The container run's workers hold at HOLD_AT_STEP, after the backup of step
     tiny.SAVE_FREQ_STEPS, until worker 1's container is killed by `docker kill`: the launcher
     restarts the cluster, which resumes from that backup and finishes the same run."""
-    from train.callbacks import HOLD_ENV
-
     assert tiny_full_run.result.returncode == 0, tiny_full_run.result.stderr[-4000:]
     root = tmp_path_factory.mktemp("docker_full_run")
     mounts = [str(root), str(tiny_full_run.folder)]

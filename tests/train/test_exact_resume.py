@@ -79,16 +79,6 @@ def train(data_dir: str, train_dir: str, env: dict | None = None, **overrides):
     )
 
 
-def lock_is_free(run_dir: str) -> bool:
-    lock = run_lock.RunLock(run_dir)
-    try:
-        lock.acquire()
-    except run_lock.RunLockedError:
-        return False
-    lock.release()
-    return True
-
-
 def lock_holders(train_dir: str) -> str:
     """The processes that hold the run's lock file open (pid and command line), for a failure."""
     path = run_lock.RunLock(run_lock.run_dir_of_train_dir(train_dir)).path
@@ -205,7 +195,7 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     # loaded machine can lag the launcher's own end; a rerun before that is refused, as it
     # should be.
     wait_until(
-        lambda: lock_is_free(run_lock.run_dir_of_train_dir(train_dir)),
+        lambda: run_lock.is_free(run_lock.run_dir_of_train_dir(train_dir)),
         timeout=LOCK_RELEASE_SECONDS,
         failure=lambda: (
             f"the killed stage's processes still hold the date's lock after "
