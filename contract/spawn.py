@@ -171,6 +171,18 @@ def popen(
     )
 
 
+def run_to_end(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Runs `argv` as `popen` starts it (forked when a fork server serves) until it ends.
+
+    Returns:
+        Its exit code and what it wrote to stderr; its stdout is dropped.
+    """
+    with tempfile.TemporaryFile() as errors:
+        code = popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errors).wait()
+        errors.seek(0)
+        return code, errors.read().decode(errors="replace")
+
+
 def _preexec(
     death_signal: signal.Signals | None, namespaces: Sequence[tuple[int, int]]
 ) -> Callable[[], None] | None:

@@ -20,7 +20,14 @@ import os
 from typing import Any
 
 from contract import atomic, gfile, layout, pointer, storage
-from evaluate import report, serving, signatures
+from evaluate import report
+from evaluate.versions import (
+    PUSH_MARKER,
+    SAVED_MODEL_PB,
+    copy_version,
+    read_marker,
+    version_for_date,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +70,7 @@ def pointer_version(current: dict[str, Any], output_root: str | None = None) -> 
             pushed = atomic.read_json(push_path).get("version")
             if isinstance(pushed, int):
                 return pushed
-    return signatures.version_for_date(str(current["date"]))
+    return version_for_date(str(current["date"]))
 
 
 def _quarantined_versions(export_base: str, model_name: str) -> dict[str, int]:
@@ -83,7 +90,7 @@ def next_sequence(export_base: str, model_name: str, date: str, model_sha256: st
     Serving never reloads a version in place. Two versions may hold the same model (a night
     pushed, quarantined and pushed again); the lowest is reused.
     """
-    first = signatures.version_for_date(date)
+    first = version_for_date(date)
     folders = {
         layout.join(model_dir(export_base, model_name), str(v)): v
         for v in served_versions(export_base, model_name)
@@ -97,7 +104,7 @@ def next_sequence(export_base: str, model_name: str, date: str, model_sha256: st
     pushed = {
         version: marker.get("model_sha256")
         for path, version in folders.items()
-        if first <= version < first + 100 and (marker := serving.read_marker(path)) is not None
+        if first <= version < first + 100 and (marker := read_marker(path)) is not None
     }
     for version in sorted(pushed):
         if pushed[version] == model_sha256:
@@ -111,7 +118,7 @@ def _utc_stamp() -> str:
 
 def _move_folder(source: str, target: str) -> None:
     """Moves a version folder: one rename locally; on gs:// a copy in the order a push copies
-    (graph and marker last, `serving.copy_version`), then the source removed marker and graph
+    (graph and marker last, `copy_version`), then the source removed marker and graph
     first, so neither side ever looks like a finished model before it is one."""
     if not storage.is_remote(source):
         gfile.makedirs(os.path.dirname(target))
@@ -119,8 +126,8 @@ def _move_folder(source: str, target: str) -> None:
         atomic.sync_folder(os.path.dirname(target))
         atomic.sync_folder(os.path.dirname(source))
         return
-    serving.copy_version(source, target)
-    for name in (serving.PUSH_MARKER, serving.SAVED_MODEL_PB):
+    copy_version(source, target)
+    for name in (PUSH_MARKER, SAVED_MODEL_PB):
         if gfile.exists(layout.join(source, name)):
             gfile.remove(layout.join(source, name))
     gfile.rmtree(source)
@@ -160,7 +167,7 @@ def restore(export_base: str, model_name: str, version: int, model_sha256: str) 
         if held != version:
             continue
         candidate = layout.join(folder, name)
-        marker = serving.read_marker(candidate)
+        marker = read_marker(candidate)
         if marker is not None and marker.get("model_sha256") == model_sha256:
             if gfile.exists(layout.join(candidate, QUARANTINE_NOTE)):
                 gfile.remove(layout.join(candidate, QUARANTINE_NOTE))
@@ -231,7 +238,7 @@ def problems(output_root: str, export_base: str, model_name: str) -> list[str]:
         found.append(
             f"the newest served version is {newest}, not {named}, the one latest.json names"
         )
-    marker = serving.read_marker(layout.join(model_dir(export_base, model_name), str(newest)))
+    marker = read_marker(layout.join(model_dir(export_base, model_name), str(newest)))
     if marker is None or marker.get("model_sha256") != sha:
         found.append(f"served version {newest} does not hold the model latest.json names")
     return found

@@ -54,11 +54,10 @@ from evaluate.signatures import (
     model_input,
     signature_names,
 )
+from evaluate.versions import PUSH_MARKER, SAVED_MODEL_PB, copy_version, read_marker
 
 logger = logging.getLogger(__name__)
 
-PUSH_MARKER = "assets.extra/nightly_push.json"
-SAVED_MODEL_PB = "saved_model.pb"
 # Largest difference allowed between the export's and the Keras model's probabilities.
 TOLERANCE = 1e-5
 
@@ -207,40 +206,6 @@ def _marker(request: PushRequest) -> dict[str, Any]:
         "version": request.version,
         "signatures": signature_names(),
     }
-
-
-def read_marker(version_dir: str) -> dict[str, Any] | None:
-    """The push marker of a version folder, or None when the push never finished."""
-    path = layout.join(version_dir, PUSH_MARKER)
-    if not tf.io.gfile.exists(path):
-        return None
-    marker: dict[str, Any] = atomic.read_json(path)
-    return marker
-
-
-def _files_under(folder: str) -> list[str]:
-    """Every file under `folder`, relative to it, with '/' separators."""
-    found = []
-    for directory, _, files in tf.io.gfile.walk(folder):
-        rel_dir = directory[len(folder) :].strip("/")
-        found += [f"{rel_dir}/{name}" if rel_dir else name for name in files]
-    return sorted(found)
-
-
-def copy_version(source: str, target: str, last_files: tuple[str, ...] = (SAVED_MODEL_PB,)) -> None:
-    """Copies a version folder file by file, as an object store (gs://) moves a folder.
-
-    TF Serving loads a version folder as soon as it lists it and the graph is there, so the
-    format's `last_files` (a SavedModel's graph, without which nothing loads) are copied after
-    every other file and the push marker after everything: a poll never finds a loadable
-    model whose variables are still on their way.
-    """
-    files = _files_under(source)
-    last = [name for name in (*last_files, PUSH_MARKER) if name in files]
-    for name in [f for f in files if f not in last] + last:
-        path = layout.join(target, name)
-        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
-        tf.io.gfile.copy(layout.join(source, name), path, overwrite=True)
 
 
 def _move_into_place(staged: str, final: str, last_files: tuple[str, ...]) -> None:

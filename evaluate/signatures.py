@@ -24,30 +24,13 @@ import tensorflow as tf
 import tf_keras
 
 from contract import layout, records
+from evaluate.versions import version_for_date
 
 SERVING_SIGNATURE = "serving_default"
 EXAMPLE_SIGNATURE = "serving_tf_example"
 IMAGES_INPUT = "images"
 EXAMPLES_INPUT = "examples"
 OUTPUTS = ("probabilities", "class_ids", "class_names")
-
-
-class VersionsUsedUp(ValueError):
-    """A date has been pushed as many times as a version number can say."""
-
-
-# Versions a date can take: its first push and 99 retrains.
-MAX_SEQUENCE = 99
-
-
-def version_for_date(date: str, sequence: int = 0) -> int:
-    """The serving version of a run date's push: (`2026-01-31`, 1) -> 2026013101."""
-    if not 0 <= sequence <= MAX_SEQUENCE:
-        raise VersionsUsedUp(
-            f"{date} has been pushed {MAX_SEQUENCE + 1} times already: no serving version is "
-            "left for it; move its versions out of the served folder and quarantine"
-        )
-    return int(date.replace("-", "")) * 100 + sequence
 
 
 @dataclasses.dataclass(frozen=True)

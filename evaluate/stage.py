@@ -43,8 +43,8 @@ from evaluate import (
     scoring,
     served,
     serving,
-    signatures,
     trend,
+    versions,
 )
 from evaluate.config import EvaluateConfig
 from evaluate.predictions import Predictions
@@ -225,7 +225,7 @@ def _push(
     sequence = served.next_sequence(
         config.serving_base, config.model_name, config.date, metrics["model"]["sha256"]
     )
-    version = signatures.version_for_date(config.date, sequence)
+    version = versions.version_for_date(config.date, sequence)
     path = layout.join(config.serving_base, config.model_name, str(version))
     if not verdict["blessed"]:
         return {

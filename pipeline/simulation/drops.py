@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 
+from contract import spawn
 from contract.messages import last_error
 from pipeline.simulation import faults
 from pipeline.simulation.config import Settings
@@ -26,7 +26,8 @@ class DropError(RuntimeError):
 
 
 def cut(settings: Settings, source_dir: str) -> None:
-    """Runs `python -m preprocess.make_drops` for every night into `<root>/drops`.
+    """Runs `python -m preprocess.make_drops` for every night into `<root>/drops`, forked from
+    the simulation's fork server (TensorFlow and its datasets already imported) when one serves.
 
     Raises:
         DropError: make_drops failed.
@@ -37,11 +38,10 @@ def cut(settings: Settings, source_dir: str) -> None:
         f"--per_day={settings.per_day}", f"--test_examples={settings.test_examples}",
         f"--source_dir={source_dir}",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
+    code, stderr = spawn.run_to_end(command)
+    if code != 0:
         raise DropError(
-            last_error(done.stderr.splitlines())
-            or f"make_drops exited {done.returncode}: {done.stderr.strip()[-300:]}"
+            last_error(stderr.splitlines()) or f"make_drops exited {code}: {stderr.strip()[-300:]}"
         )
 
 

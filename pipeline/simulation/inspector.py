@@ -17,7 +17,7 @@ import subprocess
 import sys
 from typing import IO, Any
 
-from contract import atomic, pointer
+from contract import atomic, pointer, spawn
 
 SERVED = "served"
 INVERT = "invert"
@@ -138,12 +138,12 @@ class Inspector:
 
     def __init__(self, log_path: str, env: dict[str, str]) -> None:
         self._log: IO[str] = open(log_path, "a")  # noqa: SIM115 - closed in close()
-        self._process = subprocess.Popen(
+        # Forked from the simulation's fork server when one serves: TensorFlow comes imported.
+        self._process = spawn.popen(
             [sys.executable, "-m", "pipeline.simulation.inspector"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            text=True,
             env=env,
         )
 
@@ -154,9 +154,9 @@ class Inspector:
             RuntimeError: the child has died, or answered with an error.
         """
         assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.write(json.dumps(request).encode() + b"\n")
         self._process.stdin.flush()
-        line = self._process.stdout.readline()
+        line = self._process.stdout.readline().decode()
         if not line:
             raise RuntimeError(
                 f"the inspector exited ({self._process.poll()}); see {self._log.name}"

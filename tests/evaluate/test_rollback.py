@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 import tf_keras
@@ -15,6 +16,8 @@ from contract.messages import ERROR_PREFIX, EXIT_BAD_INPUT
 from evaluate import EvaluateConfig, run, served
 from pipeline.__main__ import main
 from tests.evaluate.conftest import DATE, placeholder_pictures
+from tests.factories import PROJECT_ROOT
+from tests.tensorflow_probe import NOT_LOADED_LINE, probe_argv
 
 NIGHTS = ("2026-01-29", "2026-01-30", "2026-01-31")
 VERSIONS = [2026012900, 2026013000, 2026013100]
@@ -128,6 +131,19 @@ def test_rolling_forward_again_brings_the_version_back_from_quarantine(three_nig
     assert not (root / NIGHTS[2] / "evaluate" / history.ROLLED_BACK_FILE).exists()
     assert (root / NIGHTS[1] / "evaluate" / history.ROLLED_BACK_FILE).exists()
     assert _problems(root) == []
+
+
+def test_the_command_on_a_local_root_rolls_back_without_loading_tensorflow(three_nights):
+    # An operator's command: it reads and moves files, so it starts in a fraction of a second
+    # rather than after TensorFlow's import.
+    argv = ["rollback", "--output-root", str(three_nights), "--to", NIGHTS[1]]
+    done = subprocess.run(
+        probe_argv("pipeline", *argv), cwd=PROJECT_ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == NOT_LOADED_LINE
+    assert pointer.read(str(three_nights))["date"] == NIGHTS[1]
+    assert served.served_versions(str(three_nights / "serving"), "nightly") == VERSIONS[:2]
 
 
 def _future(root) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tf_keras
 
 from contract import atomic, layout, pointer
-from evaluate import EvaluateConfig, run, served, serving, signatures
+from evaluate import EvaluateConfig, run, served, serving, versions
 from pipeline import supersede
 from tests.evaluate import trained_run
 from tests.evaluate.conftest import DATE, placeholder_pictures
@@ -173,7 +173,7 @@ def test_a_kill_after_any_step_of_evaluate_and_push_is_repaired_by_the_next_comm
     # served version, a complete local export with its signature.
     assert _problems(root) == [] and pointer.read(str(root))["date"] == DATE
     current = pointer.read(str(root))
-    assert current["version"] == signatures.version_for_date(DATE)
+    assert current["version"] == versions.version_for_date(DATE)
     loaded = tf.saved_model.load(str(root / "serving" / "nightly" / str(current["version"])))
     assert serving.SERVING_SIGNATURE in loaded.signatures
     assert not isinstance(loaded, tf_keras.Model)
@@ -192,7 +192,7 @@ def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
     with pytest.raises(Killed):
         run(_config(root))
     monkeypatch.setattr(pointer, "write", real_write)
-    version = signatures.version_for_date(DATE)
+    version = versions.version_for_date(DATE)
     assert served.served_versions(str(root / "serving"), "nightly")[-1] == version
     assert "the newest served version is 2026013100, not 2026013000" in " ".join(_problems(root))
 
@@ -205,7 +205,7 @@ def test_a_push_whose_pointer_never_moved_is_quarantined_by_the_next_evaluation(
     folder = root / "serving" / "nightly.quarantine" / moved
     note = atomic.read_json(str(folder / served.QUARANTINE_NOTE))
     assert "no blessed night is behind it" in note["reason"]
-    assert serving.read_marker(str(folder)) is not None
+    assert versions.read_marker(str(folder)) is not None
 
 
 @pytest.mark.parametrize("earlier_night", [True, False])
