@@ -25,11 +25,10 @@ from train.backup import RunState
 # of worker.run's points after training: "trained", "saved" (model and checkpoint written),
 # "finished" (history.json written, backup not removed).
 FAULT_ENV = "TRAIN_FAULT_KILL_AT_STEP"
-# Test-only: "<step>" makes every worker wait as that global step begins (on the first attempt)
-# until the worker gets SIGTERM, or HOLD_SECONDS pass: a run held mid-epoch for as long as a
-# test needs, on a machine of any speed. Every worker holds, so none waits in a collective.
-# "epoch-<n>" holds as the first step of that 1-based epoch begins.
-HOLD_ENV = cluster.HOLD_ENV
+# Test-only, cluster.HOLD_ENV: "<step>" makes every worker wait as that global step begins (on
+# the first attempt) until the worker gets SIGTERM, or HOLD_SECONDS pass: a run held mid-epoch
+# for as long as a test needs, on a machine of any speed. Every worker holds, so none waits in a
+# collective. "epoch-<n>" holds as the first step of that 1-based epoch begins.
 HOLD_SECONDS = 600.0
 # Set by train.preemption when the worker gets SIGTERM: ends a hold.
 SIGTERM_SEEN = threading.Event()
@@ -84,7 +83,7 @@ class FaultInjection(keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True
         self.point = fault_point(worker_index, attempt)
-        hold = os.environ.get(HOLD_ENV, "") if attempt == 0 else ""
+        hold = os.environ.get(cluster.HOLD_ENV, "") if attempt == 0 else ""
         self.hold_at_epoch = int(hold.removeprefix("epoch-")) if hold.startswith("epoch-") else None
         self.hold_at = int(hold) if hold and self.hold_at_epoch is None else None
         self.epoch_begun: int | None = None  # the 1-based epoch whose first step is next

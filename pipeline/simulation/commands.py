@@ -27,10 +27,6 @@ POLL_SECONDS = 0.02
 # How long a killed night's processes may take to let go of the date's lock (the stage's
 # group is stopped SIGTERM first, with a grace of 60 s).
 LOCK_RELEASE_SECONDS = 180
-# A night killed in Train is killed while its workers hold at the first step of the second
-# epoch (train.callbacks; the first when it trains one epoch): after the first epoch's
-# backups, on a machine of any speed, where a kill after the first epoch's line could land
-# after training had ended.
 # Where a kill fault waits, and for what: the stage's log, and the line that says the stage is
 # past its start (Train: its workers holding; Evaluate: the new model scored).
 KILL_POINTS = {
@@ -110,6 +106,9 @@ def full_run(
         stage_log = os.path.join(layout.logs_dir(settings.output_root, date), name)
     hold = {}
     if kill == faults.KILL_TRAIN:
+        # Killed while its workers hold at the first step of the second epoch (train.callbacks;
+        # the first when it trains one epoch): after the first epoch's backups, on a machine of
+        # any speed, where a kill after the first epoch's line could land after training ended.
         hold = {cluster.HOLD_ENV: "epoch-2" if settings.epochs > 1 else "1"}
     start_offset = os.path.getsize(stage_log) if stage_log and os.path.exists(stage_log) else 0
     started = time.monotonic()

@@ -15,7 +15,7 @@ from tests.factories import PROJECT_ROOT
 from tests.train.conftest import history, launch_argv, train_env, write_small_shard_set
 from tests.waiting import wait_until
 from train import forker
-from train.callbacks import HOLD_ENV
+from train.cluster import HOLD_ENV
 
 # The forker's and its workers' command lines are looked at here (conftest.own_processes).
 OWN_PROCESSES = True

@@ -16,7 +16,7 @@ import pytest
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
 from tests.waiting import wait_until
-from train.callbacks import HOLD_ENV
+from train.cluster import HOLD_ENV
 from train.config import ConfigError, TrainConfig
 from train.local_backend import free_ports, private_network_for
 from train.private_network import NamespaceUnavailable, PrivateNetwork

@@ -14,7 +14,7 @@ from contract import layout
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import history, launch_argv, log_text, train_env, write_small_shard_set
 from tests.waiting import wait_until
-from train.callbacks import HOLD_ENV
+from train.cluster import HOLD_ENV
 
 STEPS_PER_EPOCH = 16  # 256 examples per worker, 16 per batch
 SAVE_FREQ_STEPS = 20  # a periodic backup in epoch 2

@@ -376,7 +376,7 @@ def test_a_hold_stops_the_first_attempt_at_its_step_or_at_its_epochs_first_step(
     import tensorflow as tf
     import tf_keras
 
-    monkeypatch.setenv(callbacks.HOLD_ENV, hold)
+    monkeypatch.setenv(cluster.HOLD_ENV, hold)
     monkeypatch.setattr(callbacks, "SIGTERM_SEEN", threading.Event())
     callbacks.SIGTERM_SEEN.set()
     model = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,))])
