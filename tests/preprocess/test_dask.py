@@ -13,7 +13,7 @@ import pytest
 
 from contract import layout, manifest
 from preprocess import dask_cluster, run_preprocess
-from tests import factories
+from tests import factories, forked
 from tests.preprocess.conftest import tiny_config
 from tests.preprocess.test_stage import data_dir_of, file_bytes
 
@@ -97,9 +97,7 @@ def _assert_run_on_cluster_matches_direct(make_config, direct, address: str) -> 
     on_dask, flags = _on_dask_and_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner",
             f"--dask_client_address={address}"]  # fmt: skip
-    result = subprocess.run(
-        args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
-    )
+    result = forked.run(args, env=os.environ, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     a, b = file_bytes(data_dir_of(direct)), file_bytes(data_dir_of(on_dask))
     assert len(a) == 12 and a == b  # 4 workers x 2 files + 1 validation + 3 eval files
@@ -126,9 +124,7 @@ def test_a_dask_run_without_an_address_gets_its_own_cluster_and_the_same_bytes(m
     # workers only; the shard set is still the DirectRunner's, byte for byte.
     on_dask, flags = _on_dask_and_flags(make_config)
     args = [sys.executable, "-m", "preprocess", "run", *flags, "--runner=DaskRunner"]
-    result = subprocess.run(
-        args, cwd=factories.PROJECT_ROOT, capture_output=True, text=True, timeout=600
-    )
+    result = forked.run(args, env=os.environ, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "a local Dask cluster at tcp://127.0.0.1:" in result.stderr
     assert file_bytes(data_dir_of(direct)) == file_bytes(data_dir_of(on_dask))

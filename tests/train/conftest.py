@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from contract import layout
-from tests import factories
+from tests import factories, forked
 from tests.factories import PROJECT_ROOT
 
 # Small enough to train two workers in seconds; 203 validation examples is no multiple of 64.
@@ -72,14 +72,7 @@ def run_train() -> RunTrain:
 
     def run(data_dir: str, train_dir: str, env: dict[str, str] | None = None, **kw):
         argv = launch_argv(data_dir, train_dir, **kw)
-        return subprocess.run(
-            argv,
-            cwd=PROJECT_ROOT,
-            env=env or train_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return forked.run(argv, env=env or train_env(), timeout=300)
 
     return run
 

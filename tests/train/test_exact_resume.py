@@ -20,7 +20,7 @@ import pytest
 
 from contract import layout, run_lock
 from contract.messages import parse_notice
-from tests.factories import PROJECT_ROOT
+from tests import forked
 from tests.pipeline.test_date_lock_e2e import holds_file
 from tests.train.conftest import (
     history,
@@ -69,12 +69,9 @@ def data_dir(tmp_path_factory) -> str:
 
 
 def train(data_dir: str, train_dir: str, env: dict | None = None, **overrides):
-    return subprocess.run(
+    return forked.run(
         launch_argv(data_dir, train_dir, **{**EXACT_RUN, **overrides}),
-        cwd=PROJECT_ROOT,
         env=env or train_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
 
@@ -186,9 +183,7 @@ def test_killed_stage_resumes_on_rerun_to_the_uninterrupted_run(data_dir, tmp_pa
     argv = launch_argv(data_dir, train_dir, **EXACT_RUN)
     env = train_env(TRAIN_FAULT_KILL_AT_STEP=f"1:stage-{2 * STEPS_PER_EPOCH + 3}")
     # Its own session: the fault SIGKILLs the launcher and both workers, as a killed Luigi would.
-    killed = subprocess.run(
-        argv, cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=300, start_new_session=True
-    )
+    killed = forked.run(argv, env=env, timeout=300, start_new_session=True)
     assert killed.returncode == -9
     assert not os.path.exists(os.path.join(train_dir, layout.HISTORY_FILE))
     # The kernel frees the date's lock when the last killed worker has torn down, which on a

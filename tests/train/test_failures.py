@@ -16,7 +16,7 @@ from contract.messages import (
     EXIT_RETRYABLE,
     parse_notice,
 )
-from tests.factories import PROJECT_ROOT
+from tests import forked
 from tests.train.conftest import launch_argv, train_env, write_small_shard_set
 from train.restarts import STOP_GRACE_SECONDS, LaunchError, run_cluster
 
@@ -136,12 +136,9 @@ def tiny_disk(tmp_path):
 def test_a_full_disk_is_not_retried(tmp_path, tiny_disk):
     data_dir, train_dir, log_dir = str(tmp_path / "data"), tiny_disk, str(tmp_path / "logs")
     write_small_shard_set(data_dir)
-    full = subprocess.run(
+    full = forked.run(
         [*launch_argv(data_dir, train_dir, max_restarts=2), "--log-dir", log_dir],
-        cwd=PROJECT_ROOT,
         env=train_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert full.returncode == 1

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from contract import layout
+from tests import forked
 from tests.factories import PROJECT_ROOT
 from tests.train.conftest import history, launch_argv, log_text, train_env, write_small_shard_set
 from tests.waiting import wait_until
@@ -82,14 +83,7 @@ def test_sigterm_saves_a_backup_that_a_rerun_resumes(tmp_path):
     assert "exiting after SIGTERM: backup ckpt-" in log_text(train_dir, 1)
     assert not os.path.exists(os.path.join(train_dir, layout.HISTORY_FILE))
 
-    resumed = subprocess.run(
-        launch_argv(data_dir, train_dir, **settings),
-        cwd=PROJECT_ROOT,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = forked.run(launch_argv(data_dir, train_dir, **settings), env=train_env(), timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     done = history(train_dir)
     assert done["resumed_from_step"] == saved[0]

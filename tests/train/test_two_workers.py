@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from contract import layout, manifest, records
-from tests.factories import PROJECT_ROOT
+from tests import forked
 from tests.train.conftest import (
     NUM_VALIDATION,
     SMALL_RUN,
@@ -45,12 +44,9 @@ def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("two_workers")
     data_dir, train_dir = str(root / "data"), str(root / "train")
     write_small_shard_set(data_dir)
-    proc = subprocess.run(
+    proc = forked.run(
         launch_argv(data_dir, train_dir, test_time_augment="flip"),
-        cwd=PROJECT_ROOT,
         env=train_env(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE=COLLECTIVE_LOG_MODULE),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
