@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import socket
@@ -11,7 +12,7 @@ import pytest
 
 from contract import layout, manifest
 from contract.messages import ERROR_PREFIX
-from tests.factories import PROJECT_ROOT
+from tests import forked
 from tests.train.conftest import SMALL_RUN, train_env, write_small_shard_set
 from train import ONEDNN_ENV, cluster
 from train import __main__ as cli
@@ -147,21 +148,18 @@ def refusals(configs: list[TrainConfig], envs: list[dict[str, str]]) -> list[str
     """Starts one worker per config by hand with TF_CONFIG, as a TFJob does, and returns the
     one error line each printed; every worker must exit with the bad-input code."""
     addresses = [f"127.0.0.1:{port}" for port in free_ports(len(configs))]
-    workers = [
-        subprocess.Popen(
-            worker_argv(config),
-            cwd=PROJECT_ROOT,
-            env=train_env(**{cluster.TF_CONFIG_ENV: cluster.tf_config_json(addresses, i), **env}),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i, (config, env) in enumerate(zip(configs, envs, strict=True))
-    ]
-    errors = [w.communicate(timeout=120)[1] for w in workers]
+
+    def worker(index: int) -> subprocess.CompletedProcess[str]:
+        tf_config = cluster.tf_config_json(addresses, index)
+        env = train_env(**{cluster.TF_CONFIG_ENV: tf_config, **envs[index]})
+        return forked.run(worker_argv(configs[index]), env=env, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(len(configs)) as pool:
+        workers = list(pool.map(worker, range(len(configs))))
     refused = []
-    for worker, stderr in zip(workers, errors, strict=True):
-        assert worker.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
+    for done in workers:
+        stderr = done.stderr
+        assert done.returncode == BAD_INPUT_EXIT_CODE, stderr[-2000:]
         lines = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
         assert len(lines) == 1, stderr[-2000:]
         refused.append(lines[0])
