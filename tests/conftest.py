@@ -73,8 +73,9 @@ def shard_set(tmp_path):
 def fork_server(request):
     """One warm fork server per test process, when the session has end-to-end tests: every
     stage program the tests' runs start forks from it with TensorFlow and Beam imported
-    (contract.spawn), as `make simulate`'s nights do. TEST_FORKSERVER=0 starts each as a
-    process of its own, as a night without a fork server does."""
+    (contract.spawn), as `make simulate`'s nights do, and so does a `python -m` program a test
+    starts itself through tests/forked.py. TEST_FORKSERVER=0 starts each as a process of its
+    own, as a night without a fork server does."""
     heavy = any(
         item.get_closest_marker(name) for item in request.session.items for name in HEAVY_MARKERS
     )
