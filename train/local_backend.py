@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,11 @@ from train.private_network import NamespaceUnavailable, PrivateNetwork
 logger = logging.getLogger("train.launcher")
 
 LOOPBACK = "127.0.0.1"
+# Where the kernel reads the range it draws every outgoing connection's local port from.
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+# The workers' ports are picked from this many ports just below that range: a port picked
+# inside it could be taken by any connection between the pick and the worker's bind.
+LISTEN_SPAN = 8192
 
 
 class _OwnProcesses:
@@ -203,15 +209,40 @@ def private_network_for(config: TrainConfig) -> PrivateNetwork | None:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free on loopback (held open together so they differ)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    """`count` different loopback ports that can be bound now, below the kernel's ephemeral
+    range where one can be found (held open together so they differ)."""
+    low = ephemeral_range_start()
+    candidates = list(range(max(1024, low - LISTEN_SPAN), low))
+    random.shuffle(candidates)
+    sockets: list[socket.socket] = []
     try:
-        for s in sockets:
+        for port in candidates:
+            if len(sockets) == count:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
+        while len(sockets) < count:  # none left below the range: let the kernel pick
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(s)
             s.bind((LOOPBACK, 0))
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+def ephemeral_range_start(path: str = EPHEMERAL_RANGE_FILE) -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def check_port_free(port: int) -> None:

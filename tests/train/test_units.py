@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import types
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from contract import manifest
-from train import callbacks, cluster, models
+from train import callbacks, cluster, local_backend, models
 from train.config import ConfigError, TrainConfig
 
 
@@ -388,3 +389,34 @@ def test_a_hold_stops_the_first_attempt_at_its_step_or_at_its_epochs_first_step(
     assert holds == [f"FAULT holding at step {step} until SIGTERM" for step in held_at]
     later = callbacks.FaultInjection(0, attempt=1)  # a restart never holds
     assert later.hold_at is None and later.hold_at_epoch is None
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_can_be_bound():
+    # Outgoing connections take their local ports from the ephemeral range: a worker's port
+    # picked there could be taken by one before the worker binds it.
+    low = local_backend.ephemeral_range_start()
+    ports = local_backend.free_ports(3)
+    assert len(set(ports)) == 3
+    assert all(max(1024, low - local_backend.LISTEN_SPAN) <= port < low for port in ports)
+    for port in ports:
+        local_backend.check_port_free(port)
+
+
+def test_a_port_in_use_is_never_picked(monkeypatch):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind((local_backend.LOOPBACK, 0))
+        busy = taken.getsockname()[1]
+        # A range of one port below the span's end, the busy one: the kernel picks instead.
+        monkeypatch.setattr(local_backend, "ephemeral_range_start", lambda: busy + 1)
+        monkeypatch.setattr(local_backend, "LISTEN_SPAN", 1)
+        (port,) = local_backend.free_ports(1)
+        assert port != busy
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_or_defaults(tmp_path):
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("40000\t60999\n")
+    assert local_backend.ephemeral_range_start(str(path)) == 40000
+    assert local_backend.ephemeral_range_start(str(tmp_path / "missing")) == 32768
+    path.write_text("garbage\n")
+    assert local_backend.ephemeral_range_start(str(path)) == 32768
