@@ -7,6 +7,8 @@ command exactly as a fresh process would, the program is forked from it with Ten
 Beam already imported; otherwise it is started as before. Either way the caller gets an object
 with Popen's `pid`, `stdin`, `stdout`, `poll`, `wait`, `send_signal`, `kill` and `returncode`.
 
+`run(argv, ...)` is `subprocess.run` with its output captured, for a program `popen` starts.
+
 `serving(folder)` starts a fork server for a run of many programs (a simulation, a test
 session) and yields the environment that sends them to it.
 """
@@ -171,16 +173,31 @@ def popen(
     )
 
 
-def run_to_end(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Runs `argv` as `popen` starts it (forked when a fork server serves) until it ends.
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    timeout: float | None = None,
+    start_new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(argv, capture_output=True, text=True)` for a program `popen` starts
+    (forked when a fork server serves): its exit code, stdout and stderr once it ends.
 
-    Returns:
-        Its exit code and what it wrote to stderr; its stdout is dropped.
+    Raises:
+        subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed first).
     """
-    with tempfile.TemporaryFile() as errors:
-        code = popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errors).wait()
-        errors.seek(0)
-        return code, errors.read().decode(errors="replace")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = popen(argv, env=env, stdout=out, stderr=err, start_new_session=start_new_session)
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = (f.read().decode(errors="replace") for f in (out, err))
+    return subprocess.CompletedProcess(list(argv), code, stdout, stderr)
 
 
 def _preexec(

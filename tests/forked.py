@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 
 from contract import spawn
@@ -33,18 +32,4 @@ def run(
             timeout=timeout,
             start_new_session=start_new_session,
         )
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = spawn.popen(
-            argv, env=env, stdout=out, stderr=err, start_new_session=start_new_session
-        )
-        try:
-            code = process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-    return subprocess.CompletedProcess(list(argv), code, stdout, stderr)
+    return spawn.run(argv, env, timeout=timeout, start_new_session=start_new_session)

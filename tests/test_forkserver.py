@@ -124,18 +124,16 @@ def test_without_a_server_the_program_starts_as_its_own_process(tmp_path, monkey
     assert "argv ['4']" in output
 
 
-def test_run_to_end_gives_the_exit_code_and_stderr_forked_or_not(server, monkeypatch):
+def test_run_gives_the_exit_code_and_output_forked_or_not(server, monkeypatch):
     env, folder = server
     monkeypatch.chdir(folder)
     forked_before = spawn.forked_usage()[0]
-    assert spawn.run_to_end([sys.executable, "-m", "probe", "5"], env=env) == (
-        5,
-        "error: the probe's own error line\n",
-    )
+    done = spawn.run([sys.executable, "-m", "probe", "5"], env=env)
+    assert (done.returncode, done.stderr) == (5, "error: the probe's own error line\n")
     assert spawn.forked_usage()[0] > forked_before  # the server ran it
     alone = {k: v for k, v in env.items() if k != ENV}
-    code, stderr = spawn.run_to_end([sys.executable, "-m", "probe", "0"], env=alone)
-    assert (code, stderr) == (0, "error: the probe's own error line\n")
+    done = spawn.run([sys.executable, "-m", "probe", "0"], env=alone)
+    assert (done.returncode, done.stderr) == (0, "error: the probe's own error line\n")
 
 
 CALLER = textwrap.dedent(

@@ -186,11 +186,11 @@ def cut_drops(settings: DemoSettings) -> None:
     if settings.test_examples is not None:
         command.append(f"--test_examples={settings.test_examples}")
     print(f"cutting {settings.days} daily drops: python {' '.join(command[1:])}", flush=True)
-    code, stderr = spawn.run_to_end(command)  # forked when a fork server serves
-    if code != 0:
+    done = spawn.run(command)  # forked when a fork server serves
+    if done.returncode != 0:
         raise DemoError(
-            last_error(stderr.splitlines())
-            or f"make_drops failed (exit {code}): {stderr.strip()[-300:]}"
+            last_error(done.stderr.splitlines())
+            or f"make_drops failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
         )
 
 

@@ -38,10 +38,11 @@ def cut(settings: Settings, source_dir: str) -> None:
         f"--per_day={settings.per_day}", f"--test_examples={settings.test_examples}",
         f"--source_dir={source_dir}",
     ]  # fmt: skip
-    code, stderr = spawn.run_to_end(command)
-    if code != 0:
+    done = spawn.run(command)
+    if done.returncode != 0:
         raise DropError(
-            last_error(stderr.splitlines()) or f"make_drops exited {code}: {stderr.strip()[-300:]}"
+            last_error(done.stderr.splitlines())
+            or f"make_drops exited {done.returncode}: {done.stderr.strip()[-300:]}"
         )
 
 
