@@ -112,10 +112,14 @@ clean-runs:
 # `BASE_IMAGE=python:3.11-slim make docker-image` builds on the ordinary public base instead.
 IMAGE ?= nightly-trainer:latest
 BASE_IMAGE ?= nightly-trainer/base:bookworm
-.PHONY: docker-base docker-image
+.PHONY: docker-base docker-image docker-assemble
 
 docker-base:
 	bash docker/make_base_image.sh $(BASE_IMAGE)
 
 docker-image:
 	BASE_IMAGE=$(BASE_IMAGE) bash docker/build_image.sh $(IMAGE)
+
+# The same image for an engine on fuse-overlayfs: the lock installed outside Docker's layers.
+docker-assemble: setup
+	BASE_IMAGE=$(BASE_IMAGE) bash docker/assemble_image.sh $(IMAGE)

@@ -1,9 +1,11 @@
 """Fixtures of the Docker tests: the engine check and the stages' image, built once per session.
 
 Tests marked `docker` are skipped, with the reason, when `docker info` fails. The image is
-built from the offline base (docker/make_base_image.sh, no registry needed); both scripts
-reuse what exists (the base image, the rootfs tarball, docker's layer cache), so a rerun
-after a code change only redoes the project layer.
+built from the offline base (docker/make_base_image.sh, no registry needed) by
+docker/assemble_image.sh: the Dockerfile's every step, the lock's packages installed outside
+Docker's layered build. The scripts reuse what exists (the base image, the rootfs tarball,
+docker's layer cache and uv's), so a rerun after a code change redoes the project layer and
+the install.
 """
 
 from __future__ import annotations
@@ -81,12 +83,19 @@ def _run_script(script: str, *args: str, env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="session")
 def stage_image() -> str:
-    """The stages' image, built on the offline base; its name."""
+    """The stages' image on the offline base, its name: docker/Dockerfile built by
+    docker/build_image.sh with only the build backend locked (IMAGE-recipe), the whole lock
+    installed into its files outside Docker's layered build (docker/assemble_image.sh)."""
     env = {**os.environ, "BASE_IMAGE": BASE_IMAGE}
     # How long the builds take is for `pytest --durations`, not for a test to time.
     _run_script("make_base_image.sh", BASE_IMAGE, env=env)
-    _run_script("build_image.sh", IMAGE, env=env)
+    _run_script("assemble_image.sh", IMAGE, env=env)
     return IMAGE
+
+
+def recipe_image(image: str) -> str:
+    """The image docker/assemble_image.sh built from the Dockerfile on its way to `image`."""
+    return f"{image}-recipe" if ":" in image else f"{image}:latest-recipe"
 
 
 def docker_run(image: str, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:

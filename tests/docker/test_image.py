@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ast
+import json
+import re
+import subprocess
+import tomllib
 
 import pytest
 
-from tests.docker.conftest import docker_run
+from tests.docker.conftest import docker_run, recipe_image
 from tests.factories import PROJECT_ROOT
 
 pytestmark = pytest.mark.docker
@@ -15,10 +19,67 @@ pytestmark = pytest.mark.docker
 def pinned_versions() -> dict[str, str]:
     pins = {}
     for line in (PROJECT_ROOT / "requirements.lock").read_text().splitlines():
-        name, sep, version = line.strip().partition("==")
+        name, sep, version = line.partition("#")[0].strip().partition("==")
         if sep:
             pins[name.lower().replace("_", "-")] = version
     return pins
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def image_config(image: str) -> dict:
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{json .Config}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+# What docker/Dockerfile's steps leave besides the packages: the user, the owners and modes
+# of what the stages use, the project's files and what its install put into the venv.
+PROBE = """
+id trainer
+stat -c '%n %U:%G %a' /data /app /opt/venv /home/trainer /usr/local/bin/nightly-trainer-entrypoint
+cd /app && find . | sort
+pip --version | cut -d' ' -f1-2
+pip show -f nightly-trainer | sed -n '/^Files:/,$p'
+"""
+
+
+def test_the_image_is_the_dockerfiles_recipe_with_the_whole_lock(stage_image):
+    # docker/assemble_image.sh builds the Dockerfile with only the build backend locked, then
+    # installs the lock outside Docker's build: everything but the packages is the recipe's.
+    recipe = recipe_image(stage_image)
+    assert image_config(stage_image) == image_config(recipe)
+    assembled, built = (docker_run(image, "sh", "-euc", PROBE) for image in (stage_image, recipe))
+    assert built.returncode == 0, built.stderr
+    assert assembled.returncode == 0, assembled.stderr
+    assert assembled.stdout == built.stdout
+    assert "uid=1000(trainer) gid=1000(trainer)" in built.stdout
+    assert "/data trainer:trainer 755" in built.stdout
+    assert "/usr/local/bin/nightly-trainer-entrypoint root:root 755" in built.stdout
+    assert "pip 26.3" in built.stdout
+
+
+def test_the_venv_holds_exactly_the_lock(stage_image):
+    script = (
+        "import importlib.metadata as m; "
+        "print('\\n'.join(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions()))"
+    )
+    proc = docker_run(stage_image, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    installed = {
+        canonical(name): version
+        for name, _, version in (line.partition("==") for line in proc.stdout.split())
+    }
+    expected = {canonical(name): version for name, version in pinned_versions().items()}
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    expected |= {"pip": "26.3", project["name"]: project["version"]}
+    assert installed == expected
 
 
 def test_container_runs_as_the_non_root_trainer_user(stage_image):

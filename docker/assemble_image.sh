@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Builds the stages' image with docker/Dockerfile, installing the lock's packages outside
+# Docker's layered build: for engines that store layers with fuse-overlayfs (Docker in a VM or
+# a container, rootless Docker), where every file a build step writes goes through FUSE.
+#
+# 1. docker/build_image.sh builds the Dockerfile, every step of it, from a copy of the build
+#    context whose requirements.lock holds only the project's build backend (setuptools): the
+#    recipe image IMAGE-recipe, with the venv, the user, the project and the entrypoint.
+# 2. Its files are exported into a folder, where uv installs the whole lock into /opt/venv as
+#    the Dockerfile's step does (in a chroot, in a mount namespace of its own, from `make setup`'s
+#    cache; anything the cache lacks comes from PyPI).
+# 3. `docker import` loads the folder as IMAGE, one layer, with the recipe image's settings
+#    (ENV, WORKDIR, ENTRYPOINT, CMD, USER).
+#
+# From scratch on a 2-core VM whose engine uses fuse-overlayfs, `docker build` of the Dockerfile
+# took 4 min 17 s and 330 CPU-s, this 2 min 37 s and 191 CPU-s (docs/containers.md).
+#
+# Usage: docker/assemble_image.sh [IMAGE]   (root; IMAGE defaults to $IMAGE or nightly-trainer:latest)
+# Environment:
+#   BASE_IMAGE    base to build on (default nightly-trainer/base:bookworm, made by
+#                 docker/make_base_image.sh when missing)
+#   UV            the uv to install with (default .venv/bin/uv: run `make setup` first)
+#   EXTRA_CA_DIR  folder of extra CA certificates uv must trust while it installs, as for
+#                 docker/build_image.sh (default /usr/local/share/ca-certificates)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+IMAGE="${1:-${IMAGE:-nightly-trainer:latest}}"
+RECIPE_IMAGE="$IMAGE-recipe"
+[[ "$IMAGE" == *:* ]] || RECIPE_IMAGE="$IMAGE:latest-recipe"
+export BASE_IMAGE="${BASE_IMAGE:-nightly-trainer/base:bookworm}"
+UV="${UV:-$REPO_ROOT/.venv/bin/uv}"
+EXTRA_CA_DIR="${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}"
+
+die() { echo "assemble_image: $*" >&2; exit 1; }
+
+[[ "$(id -u)" == 0 ]] || die "the image's files are owned by root and trainer: rerun as root (sudo $0)."
+command -v unshare >/dev/null || die "unshare (util-linux) is not installed."
+[[ -x "$UV" ]] || die "no uv at $UV: run 'make setup' first, or set UV."
+backend="$(grep -E '^setuptools==' "$REPO_ROOT/requirements.lock")" \
+  || die "requirements.lock pins no setuptools, the project's build backend."
+
+start=$SECONDS
+work="$(mktemp -d "${TMPDIR:-/tmp}/assemble-image.XXXXXX")"
+container=""
+cleanup() {
+  [[ -z "$container" ]] || docker rm -f "$container" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# 1. The recipe image: the build context as .dockerignore lets it in, with a one-line lock.
+context="$work/context"
+mkdir -p "$context/docker"
+mapfile -t allowed < <(sed -n 's/^!//p' "$REPO_ROOT/.dockerignore")
+present=()
+for path in "${allowed[@]}"; do
+  [[ ! -e "$REPO_ROOT/$path" ]] || present+=("${path%/}")
+done
+tar -C "$REPO_ROOT" --exclude=__pycache__ --exclude='*.pyc' -cf - "${present[@]}" \
+  .dockerignore docker/Dockerfile docker/build_image.sh | tar -C "$context" -xf -
+echo "$backend" >"$context/requirements.lock"
+bash "$context/docker/build_image.sh" "$RECIPE_IMAGE" \
+  || die "docker/build_image.sh failed on the recipe (see above)."
+
+# 2. Its files, and the lock installed into them.
+rootfs="$work/rootfs"
+mkdir -p "$rootfs"
+container="$(docker create "$RECIPE_IMAGE" true)"
+docker export "$container" | tar -C "$rootfs" --numeric-owner -xpf - \
+  || die "exporting $RECIPE_IMAGE's files failed."
+docker rm "$container" >/dev/null
+container=""
+# Docker's marker of a running container is no file of an image.
+rm -f "$rootfs/.dockerenv"
+
+mkdir -p "$rootfs/tmp/build" "$rootfs/tmp/uv-cache"
+cp "$REPO_ROOT/requirements.lock" "$UV" "$rootfs/tmp/build/"
+if compgen -G "$EXTRA_CA_DIR/*.crt" >/dev/null; then
+  cp "$EXTRA_CA_DIR"/*.crt "$rootfs/tmp/build/"
+fi
+# uv asks the host's name server while it runs.
+cp "$rootfs/etc/resolv.conf" "$work/resolv.conf"
+cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
+# The environment the Dockerfile's steps run in: the recipe image's.
+mapfile -t image_env < <(docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' \
+  "$RECIPE_IMAGE" | sed '/^$/d')
+
+cat >"$work/install.sh" <<EOF
+set -eu
+mount -t proc proc "$rootfs/proc"
+mount --rbind /dev "$rootfs/dev"
+mount --bind "$("$UV" cache dir)" "$rootfs/tmp/uv-cache"
+chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} /bin/sh -eu -c '
+  if ls /tmp/build/*.crt >/dev/null 2>&1; then
+    cat "\$(python -m pip._vendor.certifi)" /tmp/build/*.crt > /tmp/build/ca.pem
+    export SSL_CERT_FILE=/tmp/build/ca.pem
+  fi
+  /tmp/build/uv pip install -q --python /opt/venv/bin/python --cache-dir /tmp/uv-cache \
+    --no-deps --compile-bytecode pip==26.3 -r /tmp/build/requirements.lock
+  rm -rf "\$(python -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")/tensorflow/include"
+'
+EOF
+# The mounts live in the namespace and end with it, however the install ends.
+unshare --mount --propagation private bash "$work/install.sh" \
+  || die "installing requirements.lock into the image's files failed (see above)."
+cp "$work/resolv.conf" "$rootfs/etc/resolv.conf"
+rm -rf "$rootfs/tmp/build" "$rootfs/tmp/uv-cache" "$rootfs/root/.cache"
+
+# 3. One layer, with the recipe image's settings.
+changes=()
+for pair in "${image_env[@]}"; do
+  changes+=(--change "ENV ${pair%%=*}=\"${pair#*=}\"")
+done
+for field in WorkingDir:WORKDIR User:USER; do
+  value="$(docker image inspect -f "{{.Config.${field%%:*}}}" "$RECIPE_IMAGE")"
+  [[ -z "$value" ]] || changes+=(--change "${field#*:} $value")
+done
+for field in Entrypoint:ENTRYPOINT Cmd:CMD; do
+  value="$(docker image inspect -f "{{json .Config.${field%%:*}}}" "$RECIPE_IMAGE")"
+  [[ "$value" == null ]] || changes+=(--change "${field#*:} $value")
+done
+tar -C "$rootfs" --numeric-owner -cf - . \
+  | docker import "${changes[@]}" --message "docker/assemble_image.sh: $RECIPE_IMAGE + requirements.lock" \
+    - "$IMAGE" >/dev/null \
+  || die "docker import of the assembled files failed."
+echo "assemble_image: assembled $IMAGE in $((SECONDS - start))s" >&2
