@@ -6,9 +6,9 @@
 # 1. docker/build_image.sh builds the Dockerfile, every step of it, from a copy of the build
 #    context whose requirements.lock holds only the project's build backend (setuptools): the
 #    recipe image IMAGE-recipe, with the venv, the user, the project and the entrypoint.
-# 2. Its files are exported into a folder, where uv installs the whole lock into /opt/venv as
-#    the Dockerfile's step does (in a chroot, in a mount namespace of its own, from `make setup`'s
-#    cache; anything the cache lacks comes from PyPI).
+# 2. Its files are exported into a folder, where uv installs the whole lock into /opt/venv
+#    (pip is the recipe's) as the Dockerfile's step does (in a chroot, in a mount namespace of
+#    its own, from `make setup`'s cache; anything the cache lacks comes from PyPI).
 # 3. `docker import` loads the folder as IMAGE, one layer, with the recipe image's settings
 #    (ENV, WORKDIR, ENTRYPOINT, CMD, USER).
 #
@@ -27,7 +27,6 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 IMAGE="${1:-${IMAGE:-nightly-trainer:latest}}"
 RECIPE_IMAGE="$IMAGE-recipe"
-[[ "$IMAGE" == *:* ]] || RECIPE_IMAGE="$IMAGE:latest-recipe"
 export BASE_IMAGE="${BASE_IMAGE:-nightly-trainer/base:bookworm}"
 UV="${UV:-$REPO_ROOT/.venv/bin/uv}"
 EXTRA_CA_DIR="${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}"
@@ -97,7 +96,7 @@ chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} /bin/sh -eu -c '
     export SSL_CERT_FILE=/tmp/build/ca.pem
   fi
   /tmp/build/uv pip install -q --python /opt/venv/bin/python --cache-dir /tmp/uv-cache \
-    --no-deps --compile-bytecode pip==26.3 -r /tmp/build/requirements.lock
+    --no-deps --compile-bytecode -r /tmp/build/requirements.lock
   rm -rf "\$(python -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")/tensorflow/include"
 '
 EOF

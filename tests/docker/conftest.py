@@ -95,7 +95,7 @@ def stage_image() -> str:
 
 def recipe_image(image: str) -> str:
     """The image docker/assemble_image.sh built from the Dockerfile on its way to `image`."""
-    return f"{image}-recipe" if ":" in image else f"{image}:latest-recipe"
+    return f"{image}-recipe"
 
 
 def docker_run(image: str, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:

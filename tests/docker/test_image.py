@@ -16,17 +16,17 @@ from tests.factories import PROJECT_ROOT
 pytestmark = pytest.mark.docker
 
 
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def pinned_versions() -> dict[str, str]:
     pins = {}
     for line in (PROJECT_ROOT / "requirements.lock").read_text().splitlines():
         name, sep, version = line.partition("#")[0].strip().partition("==")
         if sep:
-            pins[name.lower().replace("_", "-")] = version
+            pins[canonical(name)] = version
     return pins
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def image_config(image: str) -> dict:
@@ -76,7 +76,7 @@ def test_the_venv_holds_exactly_the_lock(stage_image):
         canonical(name): version
         for name, _, version in (line.partition("==") for line in proc.stdout.split())
     }
-    expected = {canonical(name): version for name, version in pinned_versions().items()}
+    expected = pinned_versions()
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
     expected |= {"pip": "26.3", project["name"]: project["version"]}
     assert installed == expected
