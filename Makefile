@@ -77,8 +77,18 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy contract pipeline preprocess train evaluate bench tools
 
-test: setup dataset lint typecheck
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+# The lint and the type check run beside the suite, on the core the suite's start leaves idle;
+# their output follows the suite's, and `make test` fails when any of the three fails.
+CHECKS_LOG := .cache/checks.log
+
+test: setup dataset
+	@mkdir -p $(dir $(CHECKS_LOG))
+	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS); suite=$$?; \
+	wait $$checks; lint=$$?; \
+	echo "--- make lint typecheck:"; cat $(CHECKS_LOG); \
+	if [ $$lint -ne 0 ]; then echo "make test: the lint or the type check failed (above)" >&2; fi; \
+	[ $$suite -eq 0 ] && [ $$lint -eq 0 ]
 
 test-fast: setup dataset
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m "$(FAST_TESTS)" $(PYTEST_ARGS)

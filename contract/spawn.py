@@ -130,6 +130,7 @@ def popen(
     pass_fds: Sequence[int] = (),
     death_signal: signal.Signals | None = None,
     namespaces: Sequence[tuple[int, int]] = (),
+    cwd: str | None = None,
 ) -> Process:
     """Starts `argv` as `subprocess.Popen` would, through the fork server when one can run it.
 
@@ -143,6 +144,7 @@ def popen(
         pass_fds: descriptors it keeps, at the same numbers.
         death_signal: sent to it when this process dies (None: nothing).
         namespaces: (descriptor, kind) pairs it joins with setns before it runs.
+        cwd: the folder it runs in (this process's when None).
     """
     env = dict(os.environ if env is None else env)
     path = env.get(ENV)
@@ -158,6 +160,7 @@ def popen(
             death_signal,
             namespaces,
             path,
+            os.path.abspath(cwd) if cwd else os.getcwd(),
         )
         if forked is not None:
             return forked
@@ -170,6 +173,7 @@ def popen(
         start_new_session=start_new_session,
         pass_fds=tuple(pass_fds),
         preexec_fn=_preexec(death_signal, namespaces),
+        cwd=cwd,
     )
 
 
@@ -179,6 +183,7 @@ def run(
     *,
     timeout: float | None = None,
     start_new_session: bool = False,
+    cwd: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(argv, capture_output=True, text=True)` for a program `popen` starts
     (forked when a fork server serves): its exit code, stdout and stderr once it ends.
@@ -187,7 +192,9 @@ def run(
         subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed first).
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = popen(argv, env=env, stdout=out, stderr=err, start_new_session=start_new_session)
+        process = popen(
+            argv, env=env, stdout=out, stderr=err, start_new_session=start_new_session, cwd=cwd
+        )
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -231,6 +238,7 @@ def _fork(
     death_signal: signal.Signals | None,
     namespaces: Sequence[tuple[int, int]],
     path: str,
+    cwd: str,
 ) -> Forked | None:
     """The program forked by the server at `path`; None when it cannot or will not."""
     ours: list[int] = []  # the parent's ends of pipes
@@ -253,7 +261,7 @@ def _fork(
         request = {
             "argv": list(argv),
             "env": env,
-            "cwd": os.getcwd(),
+            "cwd": cwd,
             "targets": targets + [-1] * len(namespaces),
             "namespaces": [[len(targets) + i, kind] for i, (_, kind) in enumerate(namespaces)],
             "death_signal": int(death_signal or 0),

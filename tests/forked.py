@@ -19,17 +19,10 @@ def run(
     env: Mapping[str, str],
     timeout: float,
     start_new_session: bool = False,
+    cwd: str | os.PathLike[str] = PROJECT_ROOT,
 ) -> subprocess.CompletedProcess[str]:
-    """Runs `argv` in the project's root to its end; its exit code, stdout and stderr."""
-    if os.path.realpath(os.getcwd()) != os.path.realpath(PROJECT_ROOT):
-        # The fork server starts programs in the caller's folder.
-        return subprocess.run(
-            list(argv),
-            cwd=PROJECT_ROOT,
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            start_new_session=start_new_session,
-        )
-    return spawn.run(argv, env, timeout=timeout, start_new_session=start_new_session)
+    """Runs `argv` in `cwd` (the project's root unless told) to its end; its exit code, stdout
+    and stderr."""
+    return spawn.run(
+        argv, env, timeout=timeout, start_new_session=start_new_session, cwd=os.fspath(cwd)
+    )

@@ -87,6 +87,16 @@ def test_a_forked_program_has_its_argv_env_cwd_streams_descriptors_and_exit_code
     assert spawn.forked_usage()[0] > cpu_before  # its CPU is counted as a child's would be
 
 
+@pytest.mark.parametrize("import_env", [{}, {"TF_ENABLE_ONEDNN_OPTS": "0"}], ids=["forked", "own"])
+def test_a_program_runs_in_the_folder_it_is_given_forked_or_not(server, import_env):
+    env, folder = server
+    assert os.getcwd() != str(folder)
+    process, output = run_probe(env | import_env, "0", cwd=str(folder))
+    assert isinstance(process, spawn.Forked if not import_env else subprocess.Popen)
+    assert process.returncode == 0
+    assert f"cwd {folder} colour None" in output  # `-m probe` found from that folder too
+
+
 def test_a_program_whose_import_time_environment_differs_starts_as_its_own_process(
     server, monkeypatch
 ):

@@ -39,11 +39,14 @@ WALK_THROUGH_FLAGS = [
 ]
 
 
-# No PYTHONPATH: the example module is found from the folder luigi runs in, as a user's is.
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
-    "TF_USE_LEGACY_KERAS": "1",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
+def luigi_env() -> dict[str, str]:
+    """The test process's environment when luigi starts (the session's fork server included,
+    so the stages fork from it), without PYTHONPATH: the example module is found from the
+    folder luigi runs in, as a user's is."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
 
 
 def luigi_full_run(output_root: pathlib.Path, image_folder: pathlib.Path, *flags: str):
@@ -53,7 +56,7 @@ def luigi_full_run(output_root: pathlib.Path, image_folder: pathlib.Path, *flags
     return subprocess.run(
         command,
         cwd=PROJECT_ROOT,
-        env=ENV,
+        env=luigi_env(),
         capture_output=True,
         text=True,
         timeout=600,

@@ -17,12 +17,11 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 
 import pytest
 
 from contract import storage
-from tests import gcs_emulator
+from tests import forked, gcs_emulator
 from tests.factories import PROJECT_ROOT
 from tests.pipeline.test_full_run_e2e import EVALUATE_FILES, Runner, summary
 from tests.preprocess.conftest import build_tiny_tfds, tiny_full_run_flags, write_tiny_sources
@@ -65,12 +64,12 @@ class GcsRunner(Runner):
         )
 
     def run(self, date: str = DATE, *extra: str, env: dict | None = None, **kwargs):
-        return subprocess.run(
+        # Forked from the session's fork server: luigi's own process reads a gs:// root through
+        # TensorFlow, whose import it then skips.
+        return forked.run(
             self.command(date, *extra, **kwargs),
             cwd=self.workdir,
             env=self.env() | (env or {}),
-            capture_output=True,
-            text=True,
             timeout=900,
         )
 
