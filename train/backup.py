@@ -37,6 +37,9 @@ from train.data import input_description
 SETTINGS_FILE = "settings.json"
 STATE_FILE = "state.json"
 CHECKPOINT_PREFIX = "ckpt"
+# What TensorFlow's checkpointing (tensorflow/python/checkpoint/saveable_compat.py) reads off
+# each object it saves for the name of a legacy saveable; None: the object has none.
+LEGACY_SAVEABLE_NAME = "_LEGACY_SAVEABLE_NAME"
 # The settings a resume must share with the backup (those that shape training; the rest, log
 # and save frequencies or timeouts, may change between attempts): each as itself, but for
 # those that enter the fingerprint through a derived value (`fingerprinted_as`: the input
@@ -212,6 +215,17 @@ class BestWeights(tf.Module):
         model.set_weights([v.numpy() for v in self.values])
 
 
+def answer_legacy_saveable_name(variables: list[tf.Variable]) -> None:
+    """Gives each variable the legacy saveable name a save looks up, as None (it has none).
+
+    A save looks the name up on every variable it writes (saveable_compat.get_saveable_name).
+    On a sync-on-read variable the lookup of a missing attribute falls through to a read of
+    its value across the workers: a collective per variable per save, for nothing.
+    """
+    for variable in variables:
+        setattr(variable, LEGACY_SAVEABLE_NAME, None)
+
+
 class WorkerLocalValues:
     """Each worker's own values of its sync-on-read variables, gathered into the backup.
 
@@ -293,6 +307,7 @@ class Backup:
         self.strategy = strategy
         self.worker_local = worker_local
         self.checkpoint = tf.train.Checkpoint(**trackables, worker_local=worker_local.saved)
+        answer_legacy_saveable_name(worker_local.variables)
         self.faults = _InjectedFaults()
 
         def any_failed(failed: tf.Tensor) -> tf.Tensor:

@@ -420,3 +420,36 @@ def test_the_ephemeral_range_is_read_from_the_kernel_or_defaults(tmp_path):
     assert local_backend.ephemeral_range_start(str(tmp_path / "missing")) == 32768
     path.write_text("garbage\n")
     assert local_backend.ephemeral_range_start(str(path)) == 32768
+
+
+def test_a_save_reads_a_sync_on_read_variable_across_replicas_once(tmp_path, monkeypatch):
+    import tensorflow as tf
+    from tensorflow.python.checkpoint import saveable_compat
+    from tensorflow.python.distribute import values
+
+    from train import backup
+
+    assert saveable_compat._LEGACY_SAVEABLE_NAME == backup.LEGACY_SAVEABLE_NAME
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        variable = tf.Variable(
+            2.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.MEAN,
+        )
+    assert isinstance(variable, values.SyncOnReadVariable)
+    reads: list[int] = []
+    read_across = values.SyncOnReadVariable._get_cross_replica
+
+    def counted(self):
+        reads.append(1)
+        return read_across(self)
+
+    monkeypatch.setattr(values.SyncOnReadVariable, "_get_cross_replica", counted)
+    tf.train.Checkpoint(v=variable).write(str(tmp_path / "plain"))
+    plain = len(reads)
+    reads.clear()
+    backup.answer_legacy_saveable_name([variable])
+    prefix = tf.train.Checkpoint(v=variable).write(str(tmp_path / "answered"))
+    assert plain > len(reads) == 1  # the name's lookups read it too, before
+    assert tf.train.load_variable(prefix, "v/.ATTRIBUTES/VARIABLE_VALUE") == 2.0
