@@ -141,10 +141,19 @@ class TrainMetrics(_StepCounter):
     def __init__(self, freq_steps: int) -> None:
         super().__init__(freq_steps)
         self._supports_tf_logs = True  # fills the logs in; reads nothing from them per step
+        self._results: Any = None
 
     def _read(self, logs: dict[str, Any] | None) -> None:
-        if logs is not None:
-            logs.update({m.name: float(m.result()) for m in self.model.metrics})
+        if logs is None:
+            return
+        if self._results is None:
+            # Traced once: read eagerly, each metric variable's sum across the workers is a
+            # collective that TensorFlow runs from a thread pool it makes and drops each time.
+            metrics = list(self.model.metrics)
+            self._results = tf.function(
+                lambda: {m.name: m.result() for m in metrics}, autograph=False
+            )
+        logs.update({name: float(value) for name, value in self._results().items()})
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         _, due = self._finished_step()
