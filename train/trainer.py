@@ -4,8 +4,46 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
+from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+# TensorBoard's default: tf.summary.histogram's bucket count.
+HISTOGRAM_BUCKETS = 30
+
+
+def histogram_buckets(values: np.ndarray, bucket_count: int = HISTOGRAM_BUCKETS) -> np.ndarray:
+    """[bucket_count, (left edge, right edge, count)] of `values`, as tf.summary.histogram
+    buckets them: equal widths from the least value to the greatest, the greatest counted in
+    the last bucket; all in the last when every value is the same; zeros when there is none."""
+    data = np.asarray(values, dtype=np.float64).ravel()
+    if data.size == 0:
+        return np.zeros((bucket_count, 3))
+    low, high = data.min(), data.max()
+    if low == high:
+        counts = np.zeros(bucket_count)
+        counts[-1] = data.size
+        return np.stack([np.full(bucket_count, low), np.full(bucket_count, low), counts], axis=1)
+    indices = np.floor((data - low) / ((high - low) / bucket_count)).astype(np.int64)
+    counts = np.bincount(np.minimum(indices, bucket_count - 1), minlength=bucket_count)
+    edges = np.linspace(low, high, bucket_count + 1)
+    return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
+
+
+def histogram_summary(named_values: dict[str, np.ndarray]) -> bytes:
+    """One serialized Summary holding a TensorBoard histogram of each named array."""
+    summary = tf.compat.v1.Summary()
+    meta = tf.compat.v1.SummaryMetadata.FromString(
+        histogram_metadata.create_summary_metadata(None, None).SerializeToString()
+    )
+    for name, values in named_values.items():
+        summary.value.add(
+            tag=name,
+            metadata=meta,
+            tensor=tf.make_tensor_proto(histogram_buckets(values), dtype=tf.float64),
+        )
+    return summary.SerializeToString()
 
 
 def all_reduce_flat(
@@ -102,8 +140,9 @@ class Trainer(keras.Model):
 
         `tf.summary.histogram` traced into the step for every variable made the first step
         several seconds slower (its bucketing ops, under a cond, in the collective step
-        function), every run, on every worker; written eagerly from a py_function it costs
-        nothing to trace and a few milliseconds on the steps that write.
+        function), every run, on every worker. From a py_function it costs nothing to trace;
+        its buckets are counted in NumPy and written as one summary, where eager bucketing
+        ops took about 30 ms a write for the `mlp`'s six variables.
         """
         if self.histogram_freq_steps <= 0 or self.summary_writer is None:
             return
@@ -112,9 +151,11 @@ class Trainer(keras.Model):
         writer = self.summary_writer
 
         def write(step_value: tf.Tensor, *values: tf.Tensor) -> None:
-            with writer.as_default(step=int(step_value)):
-                for name, value in zip(names, values, strict=True):
-                    tf.summary.histogram(name, value)
+            summary = histogram_summary(
+                {name: value.numpy() for name, value in zip(names, values, strict=True)}
+            )
+            with writer.as_default():
+                tf.summary.experimental.write_raw_pb(summary, step=int(step_value))
 
         def write_now() -> tf.Tensor:
             tf.py_function(write, [step, *grads], Tout=[])

@@ -453,3 +453,30 @@ def test_a_save_reads_a_sync_on_read_variable_across_replicas_once(tmp_path, mon
     prefix = tf.train.Checkpoint(v=variable).write(str(tmp_path / "answered"))
     assert plain > len(reads) == 1  # the name's lookups read it too, before
     assert tf.train.load_variable(prefix, "v/.ATTRIBUTES/VARIABLE_VALUE") == 2.0
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(3).normal(size=[784, 64]).astype(np.float32),
+        np.array([0.0, 1.0, 1.0, 2.5, -7.0], np.float32),  # the greatest in the last bucket
+        np.full([4, 3], 0.25, np.float32),  # one value: every count in the last bucket
+        np.zeros([0], np.float32),
+    ],
+    ids=["normal", "few", "constant", "empty"],
+)
+def test_gradient_histograms_bucket_as_tensorboards_own_summary_op(values):
+    import tensorflow as tf
+    from tensorboard.plugins.histogram import summary_v2
+
+    from train import trainer
+
+    expected = summary_v2._buckets(tf.constant(values), trainer.HISTOGRAM_BUCKETS).numpy()
+    buckets = trainer.histogram_buckets(values)
+    assert buckets.shape == expected.shape == (trainer.HISTOGRAM_BUCKETS, 3)
+    np.testing.assert_array_equal(buckets[:, 2], expected[:, 2])
+    np.testing.assert_allclose(buckets[:, :2], expected[:, :2], rtol=1e-12, atol=0)
+    summary = tf.compat.v1.Summary.FromString(trainer.histogram_summary({"gradients/w": values}))
+    (value,) = summary.value
+    assert (value.tag, value.metadata.plugin_data.plugin_name) == ("gradients/w", "histograms")
+    np.testing.assert_array_equal(tf.make_ndarray(value.tensor), buckets)
