@@ -22,9 +22,9 @@ def histogram_buckets(values: np.ndarray, bucket_count: int = HISTOGRAM_BUCKETS)
         return np.zeros((bucket_count, 3))
     low, high = data.min(), data.max()
     if low == high:
-        counts = np.zeros(bucket_count)
-        counts[-1] = data.size
-        return np.stack([np.full(bucket_count, low), np.full(bucket_count, low), counts], axis=1)
+        last = np.zeros(bucket_count)
+        last[-1] = data.size
+        return np.stack([np.full(bucket_count, low), np.full(bucket_count, low), last], axis=1)
     indices = np.floor((data - low) / ((high - low) / bucket_count)).astype(np.int64)
     counts = np.bincount(np.minimum(indices, bucket_count - 1), minlength=bucket_count)
     edges = np.linspace(low, high, bucket_count + 1)
