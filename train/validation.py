@@ -40,9 +40,14 @@ class ExactValidation(keras.callbacks.Callback):
         strategy: tf.distribute.Strategy,
         expected_count: int,
         collective_options: tf.distribute.experimental.CommunicationOptions | None = None,
+        autograph: bool = True,
     ) -> None:
+        """`autograph=False` traces the scoring as written, as the train step of a built-in
+        model is (see train.trainer.Trainer): autograph's source conversion of the model's
+        layers changes nothing there and costs each worker CPU at every start."""
         super().__init__()
         self.collective_options = collective_options
+        self.autograph = autograph
         self.scored = scored
         self.dataset = dataset
         self.strategy = strategy
@@ -68,7 +73,8 @@ class ExactValidation(keras.callbacks.Callback):
         if self._score_batch is None:
             # Inside strategy.run the model reads each worker's local (now synced) values.
             self._score_batch = tf.function(
-                lambda x, y: self.strategy.run(self._batch_sums, args=(x, y))
+                lambda x, y: self.strategy.run(self._batch_sums, args=(x, y)),
+                autograph=self.autograph,
             )
         local = tf.zeros([3], tf.float64)
         for images, labels in self.dataset:

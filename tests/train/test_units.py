@@ -122,6 +122,37 @@ def test_the_train_step_is_converted_by_autograph_only_where_user_code_may_need_
         fit(branching_model(), autograph=False)
 
 
+def test_validation_is_converted_by_autograph_only_where_user_code_may_need_it():
+    """The exact validation of a built-in model is traced as written, as its train step is;
+    a model by import path keeps autograph for its layers' branches on tensors."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from train.validation import ExactValidation
+
+    class Doubles(keras.layers.Layer):  # branches on a tensor in Python
+        def call(self, x):
+            if tf.reduce_sum(x) > 0:
+                return x * 2.0
+            return x
+
+    def validate(model: keras.Model, autograph: bool) -> dict[str, float]:
+        images = tf.data.Dataset.from_tensor_slices(
+            (np.ones([6, 28, 28, 1], np.float32), np.arange(6, dtype=np.int64) % 3)
+        )
+        strategy = tf.distribute.get_strategy()
+        return ExactValidation(model, images.batch(4), strategy, 6, autograph=autograph).evaluate()
+
+    inputs = keras.Input([28, 28, 1])
+    scores = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inputs))
+    plain = validate(keras.Model(inputs, scores), autograph=False)
+    assert 0.0 <= plain["val_accuracy"] <= 1.0 and np.isfinite(plain["val_loss"])
+    branching = keras.Model(inputs, Doubles()(scores))
+    assert np.isfinite(validate(branching, autograph=True)["val_loss"])
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+        validate(branching, autograph=False)
+
+
 def test_file_io_is_retried_with_backoff():
     from train import artifacts
 
