@@ -11,6 +11,12 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+# A test process runs in turn what the pipeline runs in processes of their own: Beam's runners
+# leave gRPC's threads alive in it, and a later in-process launch forks its namespace holder
+# from it. With gRPC's fork support on (its default) such a child may run gRPC's handlers
+# between fork and exec, print, and die there; the stages themselves never fork beside a live
+# gRPC.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from contract import spawn  # noqa: E402
 from contract.forkserver import ENV as FORKSERVER_ENV  # noqa: E402
