@@ -141,8 +141,8 @@ class Trainer(keras.Model):
         `tf.summary.histogram` traced into the step for every variable made the first step
         several seconds slower (its bucketing ops, under a cond, in the collective step
         function), every run, on every worker. From a py_function it costs nothing to trace;
-        its buckets are counted in NumPy and written as one summary, where eager bucketing
-        ops took about 30 ms a write for the `mlp`'s six variables.
+        its buckets are counted in NumPy and written as one summary (eager bucketing ops would
+        take about 30 ms a write for the `mlp`'s six variables).
         """
         if self.histogram_freq_steps <= 0 or self.summary_writer is None:
             return
