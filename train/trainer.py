@@ -31,16 +31,19 @@ def histogram_buckets(values: np.ndarray, bucket_count: int = HISTOGRAM_BUCKETS)
     return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
 
 
+# What marks a summary value as a histogram for TensorBoard, as TensorFlow's own proto.
+_HISTOGRAM_METADATA = tf.compat.v1.SummaryMetadata.FromString(
+    histogram_metadata.create_summary_metadata(None, None).SerializeToString()
+)
+
+
 def histogram_summary(named_values: dict[str, np.ndarray]) -> bytes:
     """One serialized Summary holding a TensorBoard histogram of each named array."""
     summary = tf.compat.v1.Summary()
-    meta = tf.compat.v1.SummaryMetadata.FromString(
-        histogram_metadata.create_summary_metadata(None, None).SerializeToString()
-    )
     for name, values in named_values.items():
         summary.value.add(
             tag=name,
-            metadata=meta,
+            metadata=_HISTOGRAM_METADATA,
             tensor=tf.make_tensor_proto(histogram_buckets(values), dtype=tf.float64),
         )
     return summary.SerializeToString()

@@ -344,7 +344,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             strategy,
             shard_manifest["splits"][layout.VALIDATION_SPLIT]["num_examples"],
             cluster.timed_collectives(config.collective_timeout_seconds),
-            autograph=not models.is_built_in(config.model),
+            autograph=trainer.autograph,
         )
         parts = RunParts(
             core, trainer, state, run_backup, best_weights, validation, recorder, writer

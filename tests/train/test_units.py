@@ -86,19 +86,29 @@ def test_every_registered_model_takes_a_training_step():
         assert changed and all(changed), name
 
 
-def test_the_train_step_is_converted_by_autograph_only_where_user_code_may_need_it():
-    """A built-in model's train step is traced as written; a model by import path keeps
-    autograph, which its layers may need to branch on a tensor."""
+def branching_model(branch: bool = True):
+    """A softmax over flattened images; with `branch`, a layer after it that branches on a
+    tensor in Python, as user code may (only autograph turns that into graph ops)."""
     import tensorflow as tf
     import tf_keras as keras
 
-    from train.trainer import Trainer
-
-    class Doubles(keras.layers.Layer):  # branches on a tensor in Python
+    class Doubles(keras.layers.Layer):
         def call(self, x):
             if tf.reduce_sum(x) > 0:
                 return x * 2.0
             return x
+
+    inputs = keras.Input([28, 28, 1])
+    scores = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, Doubles()(scores) if branch else scores)
+
+
+def test_the_train_step_is_converted_by_autograph_only_where_user_code_may_need_it():
+    """A built-in model's train step is traced as written; a model by import path keeps
+    autograph, which its layers may need to branch on a tensor."""
+    import tensorflow as tf
+
+    from train.trainer import Trainer
 
     def fit(core, autograph: bool) -> Trainer:
         options = tf.distribute.experimental.CommunicationOptions()
@@ -107,11 +117,6 @@ def test_the_train_step_is_converted_by_autograph_only_where_user_code_may_need_
         images = np.ones([4, 28, 28, 1], np.float32)
         trainer.fit(images, np.arange(4), batch_size=2, epochs=1, verbose=0)
         return trainer
-
-    def branching_model() -> keras.Model:
-        inputs = keras.Input([28, 28, 1])
-        x = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inputs))
-        return keras.Model(inputs, Doubles()(x))
 
     assert models.is_built_in("mlp") and not models.is_built_in("examples.my_model:build_model")
     plain = fit(models.build("mlp", [28, 28, 1], 10), autograph=False)
@@ -130,12 +135,6 @@ def test_validation_is_converted_by_autograph_only_where_user_code_may_need_it()
 
     from train.validation import ExactValidation
 
-    class Doubles(keras.layers.Layer):  # branches on a tensor in Python
-        def call(self, x):
-            if tf.reduce_sum(x) > 0:
-                return x * 2.0
-            return x
-
     def validate(model: keras.Model, autograph: bool) -> dict[str, float]:
         images = tf.data.Dataset.from_tensor_slices(
             (np.ones([6, 28, 28, 1], np.float32), np.arange(6, dtype=np.int64) % 3)
@@ -143,14 +142,11 @@ def test_validation_is_converted_by_autograph_only_where_user_code_may_need_it()
         strategy = tf.distribute.get_strategy()
         return ExactValidation(model, images.batch(4), strategy, 6, autograph=autograph).evaluate()
 
-    inputs = keras.Input([28, 28, 1])
-    scores = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inputs))
-    plain = validate(keras.Model(inputs, scores), autograph=False)
+    plain = validate(branching_model(branch=False), autograph=False)
     assert 0.0 <= plain["val_accuracy"] <= 1.0 and np.isfinite(plain["val_loss"])
-    branching = keras.Model(inputs, Doubles()(scores))
-    assert np.isfinite(validate(branching, autograph=True)["val_loss"])
+    assert np.isfinite(validate(branching_model(), autograph=True)["val_loss"])
     with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
-        validate(branching, autograph=False)
+        validate(branching_model(), autograph=False)
 
 
 def test_file_io_is_retried_with_backoff():
