@@ -81,8 +81,13 @@ typecheck: setup
 # their output follows the suite's, and `make test` fails when any of the three fails.
 CHECKS_LOG := .cache/checks.log
 
+# The project's own modules compiled once: the suite starts a few hundred Python programs,
+# and where PYTHONDONTWRITEBYTECODE is set each of them would compile every module it imports.
+PACKAGES := contract pipeline preprocess train evaluate bench tools examples tests
+
 test: setup dataset
 	@mkdir -p $(dir $(CHECKS_LOG))
+	@$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
 	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS); suite=$$?; \
 	wait $$checks; lint=$$?; \
@@ -91,6 +96,7 @@ test: setup dataset
 	[ $$suite -eq 0 ] && [ $$lint -eq 0 ]
 
 test-fast: setup dataset
+	@$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 bench: setup dataset

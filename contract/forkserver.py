@@ -19,9 +19,10 @@ differs in four ways, each covered where it matters:
   the caller's connection closes (the caller died or gave up), not by the kernel;
 - it always leads a session (and process group) of its own, never the caller's group;
 - `ps` shows the server's command line; `/proc/<pid>/comm` is the module's name;
-- environment variables that TensorFlow, Keras, CUDA, OpenMP or Python read at import must be
-  what the server started with: a request that differs in any of them is refused, and the
-  caller starts the program as a process of its own instead.
+- environment variables that TensorFlow (its gs:// file system's `GCS_*` settings too), Keras,
+  CUDA, OpenMP or Python read at import must be what the server started with: a request that
+  differs in any of them is refused, and the caller starts the program as a process of its own
+  instead.
 
 Forking after the import is safe for the same reason as train.forker's: importing starts no
 thread a program shares (TensorFlow makes its pools, gRPC server and eager context at first
@@ -75,8 +76,11 @@ DEFAULT_PRELOAD = (
     "evaluate.stage",
 )
 # Read at import by TensorFlow, Keras, CUDA, OpenMP/MKL, gRPC or Python itself: a request
-# must carry the server's values.
-IMPORT_TIME_PREFIXES = ("TF_", "KERAS", "CUDA", "OMP_", "MKL", "XLA_", "GRPC_", "PYTHON", "LD_")
+# must carry the server's values. TensorFlow makes its gs:// file system, which reads the
+# GCS_* settings (its caches, its read buffer), when it is imported.
+IMPORT_TIME_PREFIXES = (
+    "TF_", "KERAS", "CUDA", "OMP_", "MKL", "XLA_", "GRPC_", "GCS_", "PYTHON", "LD_",
+)  # fmt: skip
 # PYTHONPATH is checked on its own: its folders must not hold another copy of a loaded module.
 RUNTIME_ONLY = frozenset({"PYTHONUNBUFFERED", "TF_CONFIG", "PYTHONFAULTHANDLER", "PYTHONPATH"})
 MAX_MESSAGE = 1 << 20

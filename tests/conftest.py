@@ -18,10 +18,17 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 # gRPC.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+from tests import gcs_emulator  # noqa: E402
+
+# TensorFlow reads its gs:// settings at import: the test processes, and the fork servers they
+# start, import it with the GCS emulator's, so that its clients' programs can be forked.
+for _key, _value in gcs_emulator.TENSORFLOW_GCS_SETTINGS.items():
+    os.environ.setdefault(_key, _value)
+
 from contract import spawn  # noqa: E402
 from contract.forkserver import ENV as FORKSERVER_ENV  # noqa: E402
 from tests import factories  # noqa: E402
-from tests import tiny_full_run as tiny
+from tests import tiny_full_run as tiny  # noqa: E402
 
 # Markers whose tests start clusters, luigi runs, containers or whole-dataset builds.
 HEAVY_MARKERS = ("e2e", "docker", "slow")

@@ -272,6 +272,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# TensorFlow's gs:// file system, as the tests use it: no cached metadata (a test reads right
+# after another process wrote), and no read buffer (64 MB unless set, made anew for every file
+# opened: 40 ms for each small JSON read or copied). TensorFlow reads these when it is
+# imported, so a fork server's programs have the server's (tests/conftest.py).
+TENSORFLOW_GCS_SETTINGS = {
+    "GCS_STAT_CACHE_MAX_AGE": "0",
+    "GCS_MATCHING_PATHS_CACHE_MAX_AGE": "0",
+    "GCS_READ_CACHE_BLOCK_SIZE_MB": "0",
+}
+
+
 def client_env(emulator_port: int, proxy_port: int, cert: str, credentials: str) -> dict:
     """What a process (TensorFlow, Beam, google-cloud-storage) needs to use the emulator."""
     return {
@@ -286,11 +297,7 @@ def client_env(emulator_port: int, proxy_port: int, cert: str, credentials: str)
         "GOOGLE_APPLICATION_CREDENTIALS": credentials,
         "GOOGLE_CLOUD_PROJECT": "test-project",
         "NO_GCE_CHECK": "true",
-        "GCS_STAT_CACHE_MAX_AGE": "0",
-        "GCS_MATCHING_PATHS_CACHE_MAX_AGE": "0",
-        # TensorFlow reads a gs:// file through a buffer of this size (64 MB unless set),
-        # made anew for every file opened: 40 ms for each small JSON read or copied.
-        "GCS_READ_CACHE_BLOCK_SIZE_MB": "0",
+        **TENSORFLOW_GCS_SETTINGS,
     }
 
 

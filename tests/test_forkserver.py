@@ -97,12 +97,18 @@ def test_a_program_runs_in_the_folder_it_is_given_forked_or_not(server, import_e
     assert f"cwd {folder} colour None" in output  # `-m probe` found from that folder too
 
 
+@pytest.mark.parametrize(
+    "setting",
+    # TensorFlow's kernels, and its gs:// file system's read buffer: both read at its import.
+    [("TF_ENABLE_ONEDNN_OPTS", "0"), ("GCS_READ_CACHE_BLOCK_SIZE_MB", "16")],
+    ids=lambda setting: setting[0],
+)
 def test_a_program_whose_import_time_environment_differs_starts_as_its_own_process(
-    server, monkeypatch
+    server, monkeypatch, setting
 ):
     env, folder = server
     monkeypatch.chdir(folder)
-    process, output = run_probe(env | {"TF_ENABLE_ONEDNN_OPTS": "0"}, "0")
+    process, output = run_probe(env | dict([setting]), "0")
     assert isinstance(process, subprocess.Popen)
     assert process.returncode == 0
     assert "loaded False comm python" in output  # a fresh interpreter: nothing preloaded

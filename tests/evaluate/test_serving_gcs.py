@@ -20,9 +20,8 @@ import tf_keras
 
 from contract import spawn, storage
 from evaluate import serving
-from tests import gcs_emulator
+from tests import forked, gcs_emulator
 from tests.evaluate.conftest import DATE
-from tests.factories import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -54,14 +53,8 @@ def _env(gcs_env) -> dict[str, str]:
 
 
 def _python(gcs_env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=PROJECT_ROOT,
-        env=_env(gcs_env),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """`python *args` (a `-m` program, forked as the stages are), to its end."""
+    return forked.run([sys.executable, *args], env=_env(gcs_env), timeout=600)
 
 
 def _evaluate(gcs_env, *args: str) -> tuple[int, str]:
@@ -91,8 +84,7 @@ def _objects(bucket, prefix: str) -> dict[str, int]:
 
 
 def test_push_to_a_gs_export_base_and_rerun(gcs_env, bucket, run_root, tmp_path):
-    upload = "import sys; from contract import gfile; gfile.upload_folder(sys.argv[1], sys.argv[2])"
-    result = _python(gcs_env, "-c", upload, str(run_root / DATE), f"{ROOT}/{DATE}")
+    result = _python(gcs_env, "-m", "tests.upload_folder", str(run_root / DATE), f"{ROOT}/{DATE}")
     assert result.returncode == 0, result.stderr[-3000:]
     evaluate = ["--output-root", ROOT, "--date", DATE, "--min-accuracy", "0.1"]
     code, output = _evaluate(gcs_env, *evaluate)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from contract import layout
+from contract import layout, spawn
 from preprocess import pipeline, scaled_dataset, sources
 from preprocess.config import parse_command_line
 from preprocess.errors import PreprocessError
@@ -208,6 +208,14 @@ def _lock_waiters(lock_path: pathlib.Path) -> int:
         return sum(1 for line in locks if "->" in line and f" {inode} " in line)
 
 
+def _output(run: spawn.Process) -> str:
+    """What `run` printed (stdout and stderr), once it has ended."""
+    assert run.stdout is not None
+    output = run.stdout.read().decode(errors="replace")
+    run.wait(timeout=300)
+    return output
+
+
 @pytest.fixture(scope="module")
 def taking_turns(tiny_sources, tmp_path_factory) -> dict:
     """Two processes preparing fashion_mnist_scaled/x2 in one empty data_dir at once: both find
@@ -217,20 +225,17 @@ def taking_turns(tiny_sources, tmp_path_factory) -> dict:
     data_dir = tmp_path_factory.mktemp("taking-turns") / "tfds"
     data_dir.mkdir()
     lock_path = data_dir / sources.PREPARE_LOCK
-    code = (
-        "import sys; from preprocess import sources; "
-        "b = sources.prepare_dataset(*sys.argv[1:]); print('prepared', b.data_dir)"
-    )
-    argv = [sys.executable, "-c", code, "fashion_mnist_scaled/x2", str(data_dir), *tiny_sources]
+    program = [sys.executable, "-m", "tests.preprocess.prepare_program"]
+    argv = [*program, "fashion_mnist_scaled/x2", str(data_dir), *tiny_sources]
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         runs = [
-            subprocess.Popen(
+            spawn.popen(
                 argv,
-                cwd=factories.PROJECT_ROOT,
+                env=os.environ,
+                cwd=str(factories.PROJECT_ROOT),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                text=True,
             )
             for _ in range(2)
         ]
@@ -243,7 +248,7 @@ def taking_turns(tiny_sources, tmp_path_factory) -> dict:
             )
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    outputs = [_output(run) for run in runs]
     return {
         "data_dir": data_dir,
         "outputs": outputs,

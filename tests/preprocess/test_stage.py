@@ -5,13 +5,14 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import signal
 
 import pytest
 
 from contract import layout, manifest, records
 from preprocess import run_preprocess
 from preprocess.errors import PreprocessError
-from tests import factories
+from tests import factories, forked
 from tests.preprocess.conftest import tiny_config
 
 
@@ -206,20 +207,17 @@ def test_a_file_missing_from_the_plan_is_refused(make_config, monkeypatch):
 
 @pytest.mark.slow
 def test_staging_left_by_a_killed_run_is_removed_by_the_next_run(make_config):
-    import subprocess
     import sys
-    import textwrap
 
     cfg = make_config()
     data_dir = data_dir_of(cfg)
     # A writer that makes its staging folder, then is killed: its lock dies with it.
-    script = textwrap.dedent(f"""
-        import os, signal
-        from preprocess import shard_set
-        shard_set.make_staging({data_dir!r})
-        os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    subprocess.run([sys.executable, "-c", script], cwd=factories.PROJECT_ROOT, check=False)
+    killed = forked.run(
+        [sys.executable, "-m", "tests.preprocess.killed_writer", data_dir],
+        env=os.environ,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     from preprocess import shard_set
 
     dead = [p for p in os.listdir(os.path.dirname(data_dir)) if ".tmp-" in p]
