@@ -84,10 +84,12 @@ CHECKS_LOG := .cache/checks.log
 # The project's own modules compiled once: the suite starts a few hundred Python programs,
 # and where PYTHONDONTWRITEBYTECODE is set each of them would compile every module it imports.
 PACKAGES := contract pipeline preprocess train evaluate bench tools examples tests
-
-test: setup dataset
-	@mkdir -p $(dir $(CHECKS_LOG))
+.PHONY: bytecode
+bytecode: setup
 	@$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
+
+test: setup dataset bytecode
+	@mkdir -p $(dir $(CHECKS_LOG))
 	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS); suite=$$?; \
 	wait $$checks; lint=$$?; \
@@ -95,8 +97,7 @@ test: setup dataset
 	if [ $$lint -ne 0 ]; then echo "make test: the lint or the type check failed (above)" >&2; fi; \
 	[ $$suite -eq 0 ] && [ $$lint -eq 0 ]
 
-test-fast: setup dataset
-	@$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
+test-fast: setup dataset bytecode
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 bench: setup dataset

@@ -11,7 +11,6 @@ rewrote the pointer to it. Without the precondition it wrote its stale decision 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -32,7 +31,7 @@ def _race(output_root: str, tmp_path, held_write: int, other: dict[str, Any]) ->
     argv = [sys.executable, "-m", "tests.pipeline.supersede_host", output_root]
     argv += [str(tmp_path / "host"), str(markers), str(held_write)]
     # Forked from the session's fork server, as the pipeline starts its stages.
-    host = spawn.popen(argv, env=os.environ, cwd=str(PROJECT_ROOT))
+    host = spawn.popen(argv, cwd=str(PROJECT_ROOT))
     try:
         wait_until(
             lambda: (markers / "read").exists(),

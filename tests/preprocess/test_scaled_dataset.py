@@ -232,7 +232,6 @@ def taking_turns(tiny_sources, tmp_path_factory) -> dict:
         runs = [
             spawn.popen(
                 argv,
-                env=os.environ,
                 cwd=str(factories.PROJECT_ROOT),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
