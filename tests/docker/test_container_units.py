@@ -196,5 +196,6 @@ def test_the_image_installs_with_the_uv_that_make_setup_pins():
     pins = {}
     for name, prefix in (("Makefile", "UV_VERSION := "), ("docker/Dockerfile", "ARG UV_VERSION=")):
         lines = (PROJECT_ROOT / name).read_text().splitlines()
-        (pins[name],) = [line[len(prefix) :].split()[0] for line in lines if line.startswith(prefix)]
+        (line,) = [line for line in lines if line.startswith(prefix)]
+        pins[name] = line[len(prefix) :].split()[0]
     assert pins["Makefile"] == pins["docker/Dockerfile"], pins
