@@ -126,9 +126,7 @@ def test_a_stuck_night_fails_at_its_bound_and_its_record_says_so(tmp_path, stuck
     assert result.returncode == RETCODE_TASK_FAILED, result.stderr[-3000:]
     (record,) = ledger.read(str(root))
     assert (record["outcome"], record["stage"]) == (ledger.FAILED, "Preprocess")
-    prefix = (
-        "night exceeded [FullRun] max_hours=0.002 (7s): the preprocess stage was stopped after"
-    )
+    prefix = "night exceeded [FullRun] max_hours=0.002 (7s): the preprocess stage was stopped after"
     assert record["reason"].startswith(prefix)
     assert "[preprocess] FAILED after " in result.stderr and f"s: {prefix}" in result.stderr
     data = root / DATE / "data"
