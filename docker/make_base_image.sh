@@ -44,7 +44,11 @@ if [[ "${FORCE:-0}" == 1 || ! -s "$TARBALL" ]]; then
     command -v apt-get >/dev/null \
       || die "mmdebstrap is not installed and there is no apt-get; install mmdebstrap."
     log "installing mmdebstrap with apt-get"
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap; } \
+    # Another install may hold dpkg's lock (a test installing Chromium beside the Docker tests):
+    # apt waits for it instead of failing at once.
+    apt_get=(apt-get -o DPkg::Lock::Timeout=600)
+    { "${apt_get[@]}" update -q \
+        && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -q mmdebstrap; } \
       > "$CACHE_DIR/apt-get.log" 2>&1 \
       || die "apt-get install mmdebstrap failed; see $CACHE_DIR/apt-get.log."
   fi

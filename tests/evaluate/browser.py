@@ -51,7 +51,10 @@ def find_or_install_chromium() -> tuple[str | None, str]:
         prefix = ["sudo", "-n"]
     else:
         return None, f"{EXECUTABLE} is not on PATH, and installing it needs root (no sudo here)"
-    install = [*prefix, "apt-get", "install", "-y", "--no-install-recommends", APT_PACKAGE]
+    # Another install may hold dpkg's lock (the Docker tests' mmdebstrap, beside this test
+    # under xdist): apt waits for it instead of failing at once.
+    apt_get = [*prefix, "apt-get", "-o", f"DPkg::Lock::Timeout={INSTALL_TIMEOUT_SECONDS}"]
+    install = [*apt_get, "install", "-y", "--no-install-recommends", APT_PACKAGE]
     env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
 
     def attempt(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -63,7 +66,7 @@ def find_or_install_chromium() -> tuple[str | None, str]:
         result = attempt(install)
         if result.returncode != 0:
             # Package lists may be missing or stale on a fresh machine: refresh, then retry.
-            attempt([*prefix, "apt-get", "update"])
+            attempt([*apt_get, "update"])
             result = attempt(install)
     except subprocess.TimeoutExpired:
         return None, f"`{' '.join(install)}` took over {INSTALL_TIMEOUT_SECONDS} s"

@@ -36,12 +36,14 @@ def test_a_failed_install_is_retried_after_update_and_named(
     monkeypatch.setattr(browser.os, "geteuid", lambda: 0)
     monkeypatch.setattr(browser.subprocess, "run", apt_get)
     path, reason = browser.find_or_install_chromium()
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-    assert ran == [install, ["apt-get", "update"], install]
+    # apt waits for dpkg's lock when another install holds it, rather than failing at once.
+    apt_get_waiting = ["apt-get", "-o", "DPkg::Lock::Timeout=900"]
+    install = [*apt_get_waiting, "install", "-y", "--no-install-recommends", "chromium"]
+    assert ran == [install, [*apt_get_waiting, "update"], install]
     assert path is None
     assert reason == (
-        "chromium is not on PATH and `apt-get install -y --no-install-recommends chromium` "
-        "failed (exit 100): E: Unable to locate package chromium"
+        "chromium is not on PATH and `apt-get -o DPkg::Lock::Timeout=900 install -y "
+        "--no-install-recommends chromium` failed (exit 100): E: Unable to locate package chromium"
     )
 
 
