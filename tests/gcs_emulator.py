@@ -359,7 +359,10 @@ def main() -> None:
 
     for bucket in args.bucket:
         buckets.create_bucket(bucket, emulator._storage)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    # shutdown() waits for the loop's next poll: poll often, stop at once.
+    threading.Thread(
+        target=proxy.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    ).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     env = client_env(emulator_port, proxy_port, cert, credentials)

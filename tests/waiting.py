@@ -18,7 +18,7 @@ def wait_until(
     timeout: float,
     failure: Callable[[], str],
     alive: Callable[[], bool] = lambda: True,
-    interval: float = 0.2,
+    interval: float = 0.05,
 ) -> None:
     """Returns once `condition()` holds; fails the test with `failure()` if `alive()` turns
     false first or `timeout` seconds pass."""

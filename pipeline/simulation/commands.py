@@ -176,7 +176,7 @@ def _wait_for_lock(output_root: str, date: str) -> None:
                 f"{LOCK_RELEASE_SECONDS} s after {date}'s FullRun was killed, its processes "
                 "still hold the date's lock"
             )
-        time.sleep(0.2)
+        time.sleep(POLL_SECONDS)
 
 
 def _error_of(log_path: str) -> str | None:

@@ -46,7 +46,10 @@ class Webhook:
 
         self.server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self.url = f"http://{LOOPBACK}:{self.server.server_port}{WEBHOOK_PATH}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits for the loop's next poll: poll often, close at once.
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
 
     def alerts(self) -> list[Alert]:
