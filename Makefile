@@ -88,18 +88,7 @@ PACKAGES := contract pipeline preprocess train evaluate bench tools examples tes
 bytecode: setup
 	@$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
 
-# The Docker tests' offline base (docker/make_base_image.sh: apt and mmdebstrap, waiting on
-# Debian's mirror for much of it) is built beside the set-up, when make runs as root and the
-# engine answers; the tests' own call of the script waits for it on the script's lock.
-BASE_LOG := .cache/docker/make_base_image.log
-.PHONY: docker-base-beside
-docker-base-beside:
-	@if [ "$$(id -u)" = 0 ] && docker info >/dev/null 2>&1; then \
-	  mkdir -p $(dir $(BASE_LOG)); \
-	  nohup bash docker/make_base_image.sh $(BASE_IMAGE) > $(BASE_LOG) 2>&1 & \
-	fi
-
-test: docker-base-beside setup dataset bytecode
+test: setup dataset bytecode
 	@mkdir -p $(dir $(CHECKS_LOG))
 	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS); suite=$$?; \

@@ -29,12 +29,6 @@ log() { echo "make_base_image: $*" >&2; }
 command -v docker >/dev/null || die "docker is not installed; install docker.io (apt-get install docker.io)."
 docker info >/dev/null 2>&1 || die "cannot reach the Docker engine ('docker info' fails); start dockerd or check DOCKER_HOST."
 
-# One build at a time: `make test` starts this script beside its set-up, and the Docker tests'
-# own call waits here until that one has finished, then finds the image.
-mkdir -p "$CACHE_DIR"
-exec 9>"$CACHE_DIR/make_base_image.lock"
-flock 9
-
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   log "$IMAGE already exists; nothing to do (FORCE=1 rebuilds it)."
   exit 0

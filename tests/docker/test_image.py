@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import ast
-import fcntl
 import json
-import os
 import re
 import subprocess
-import time
 import tomllib
 
-import psutil
 import pytest
 
-from tests.docker.conftest import BASE_IMAGE, docker_run, recipe_image
+from tests.docker.conftest import docker_run, recipe_image
 from tests.factories import PROJECT_ROOT
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -170,39 +165,3 @@ def test_tensorflows_cpp_headers_stay_out_of_the_image(stage_image):
     assert proc.returncode == 0, proc.stderr[-2000:]
     folders = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     assert "python" in folders and "include" not in folders
-
-
-def waits_on_flock(pid: int) -> bool:
-    """The script `pid` has reached its `flock` (a child of that name)."""
-    try:
-        return any(child.name() == "flock" for child in psutil.Process(pid).children())
-    except psutil.NoSuchProcess:
-        return False
-
-
-def test_a_base_build_waits_for_the_one_under_way(stage_image, tmp_path):
-    # `make test` starts docker/make_base_image.sh beside its set-up; the fixture's own call
-    # must wait for that one to finish, not build beside it. Here the test holds the lock.
-    with open(tmp_path / "make_base_image.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        script = subprocess.Popen(
-            ["bash", str(PROJECT_ROOT / "docker" / "make_base_image.sh"), BASE_IMAGE],
-            env=os.environ | {"CACHE_DIR": str(tmp_path)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_until(
-                lambda: waits_on_flock(script.pid),
-                timeout=60,
-                alive=lambda: script.poll() is None,
-                failure=lambda: f"the script never waited for the lock: {script.communicate()}",
-            )
-            time.sleep(0.3)
-            assert script.poll() is None
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-        _, err = script.communicate(timeout=60)
-    assert script.returncode == 0, err
-    assert f"{BASE_IMAGE} already exists; nothing to do" in err
