@@ -7,6 +7,7 @@ TFJob pod. Without TF_CONFIG the process is a cluster of one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -29,6 +30,10 @@ FAULT_ENV_PREFIX = "TRAIN_FAULT_"
 HOLD_ENV = FAULT_ENV_PREFIX + "HOLD_AT_STEP"
 # How a held worker's log says so: "<HOLDING> <global step> until SIGTERM".
 HOLDING = "FAULT holding at step"
+# Where workers that refuse each other's settings meet before they exit (check_workers_agree),
+# and how long one waits there for the others.
+REFUSAL_BARRIER = "nightly_trainer/settings_refused"
+REFUSAL_BARRIER_MS = 30_000
 
 
 class ClusterError(ValueError):
@@ -204,6 +209,15 @@ def check_workers_agree(
     differ = {name: workers for name, workers in others.items() if workers}
     if not differ:
         return
+    # A worker pulls the other workers' rows from them: one that left as soon as its own
+    # gather ended could go before a peer had pulled its row, and that peer would then fail on
+    # a closed socket instead of refusing. Every worker has the same table, so all of them
+    # refuse: they wait here until all have it. Whatever the barrier answers (the chief, which
+    # serves it, may leave before the answer reaches the others), this worker refuses.
+    from tensorflow.python.eager import context
+
+    with contextlib.suppress(tf.errors.OpError):
+        context.context().wait_at_barrier(REFUSAL_BARRIER, REFUSAL_BARRIER_MS)
     workers = sorted({w for ws in differ.values() for w in ws})
     here = ", ".join(f"{name}={settings[name]!r}" for name in differ)
     hint = ""
