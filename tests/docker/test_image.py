@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import subprocess
@@ -65,16 +64,54 @@ def test_the_image_is_the_dockerfiles_recipe_with_the_whole_lock(stage_image):
     assert "pip 26.3" in built.stdout
 
 
-def test_the_venv_holds_exactly_the_lock(stage_image):
-    script = (
-        "import importlib.metadata as m; "
-        "print('\\n'.join(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions()))"
-    )
-    proc = docker_run(stage_image, "python", "-c", script)
-    assert proc.returncode == 0, proc.stderr
+# What the other tests read inside the image, from one container: each `docker run` costs
+# seconds of a slow VM's CPU on fuse-overlayfs, before the command even starts.
+FACTS = """
+import importlib.metadata as m, importlib.util, json, os, sys
+names = sys.argv[1:]
+found = {}
+for name in names:
+    try:
+        found[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps({
+    "uid": os.getuid(),
+    "prefix": sys.prefix,
+    "version": sys.version,
+    "distributions": [f"{d.metadata['Name']}=={d.version}" for d in m.distributions()],
+    "versions": found,
+    "legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS"),
+    # The installed package's folder, found without importing TensorFlow (seconds of CPU).
+    "tensorflow_folders": os.listdir(
+        importlib.util.find_spec("tensorflow").submodule_search_locations[0]
+    ),
+}))
+"""
+PINNED_NAMES = ["tensorflow-cpu", "tf-keras", "apache-beam", "tensorflow-datasets", "luigi"]
+
+
+def dev_tools() -> list[str]:
+    """requirements-dev.lock's packages (pytest, ruff, mypy): for make setup only."""
+    return [
+        line.partition("==")[0]
+        for line in (PROJECT_ROOT / "requirements-dev.lock").read_text().splitlines()
+        if "==" in line
+    ]
+
+
+@pytest.fixture(scope="module")
+def facts(stage_image) -> dict:
+    """FACTS' answers from one container of the image, as its user and environment run it."""
+    proc = docker_run(stage_image, "python", "-c", FACTS, *PINNED_NAMES, *dev_tools())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_venv_holds_exactly_the_lock(facts):
     installed = {
         canonical(name): version
-        for name, _, version in (line.partition("==") for line in proc.stdout.split())
+        for name, _, version in (line.partition("==") for line in facts["distributions"])
     }
     expected = pinned_versions()
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
@@ -82,36 +119,23 @@ def test_the_venv_holds_exactly_the_lock(stage_image):
     assert installed == expected
 
 
-def test_container_runs_as_the_non_root_trainer_user(stage_image):
-    proc = docker_run(stage_image, "id", "-u")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "1000"
+def test_container_runs_as_the_non_root_trainer_user(facts):
+    assert facts["uid"] == 1000
 
 
-def test_python_is_the_venv_on_3_11(stage_image):
-    proc = docker_run(stage_image, "python", "-c", "import sys; print(sys.prefix, sys.version)")
-    assert proc.returncode == 0, proc.stderr
-    prefix, version = proc.stdout.split(maxsplit=1)
-    assert prefix == "/opt/venv"
-    assert version.startswith("3.11.")
+def test_python_is_the_venv_on_3_11(facts):
+    assert facts["prefix"] == "/opt/venv"
+    assert facts["version"].startswith("3.11.")
 
 
-def test_image_holds_the_pinned_versions(stage_image):
-    names = ["tensorflow-cpu", "tf-keras", "apache-beam", "tensorflow-datasets", "luigi"]
-    script = (
-        "import importlib.metadata as m, sys; "
-        "print('\\n'.join(f'{n}=={m.version(n)}' for n in sys.argv[1:]))"
-    )
-    proc = docker_run(stage_image, "python", "-c", script, *names)
-    assert proc.returncode == 0, proc.stderr
+def test_image_holds_the_pinned_versions(facts):
     pins = pinned_versions()
-    installed = dict(line.split("==") for line in proc.stdout.split())
-    assert installed == {name: pins[name] for name in names}
+    installed = {name: facts["versions"].get(name) for name in PINNED_NAMES}
+    assert installed == {name: pins[name] for name in PINNED_NAMES}
 
 
-def test_legacy_keras_is_set(stage_image):
-    proc = docker_run(stage_image, "printenv", "TF_USE_LEGACY_KERAS")
-    assert proc.stdout.strip() == "1"
+def test_legacy_keras_is_set(facts):
+    assert facts["legacy_keras"] == "1"
 
 
 @pytest.mark.parametrize(
@@ -134,34 +158,14 @@ def test_train_worker_subcommand_is_there(stage_image):
     assert "--data-dir" in proc.stdout
 
 
-def test_dev_tools_stay_out_of_the_image(stage_image):
+def test_dev_tools_stay_out_of_the_image(facts):
     # requirements-dev.lock (pytest, ruff, mypy) is for make setup only, never the runtime image.
-    dev = [
-        line.partition("==")[0]
-        for line in (PROJECT_ROOT / "requirements-dev.lock").read_text().splitlines()
-        if "==" in line
-    ]
-    script = (
-        "import importlib.metadata as m, sys\n"
-        "for n in sys.argv[1:]:\n"
-        "    try:\n"
-        "        print(n, m.version(n))\n"
-        "    except m.PackageNotFoundError:\n"
-        "        pass\n"
-    )
-    proc = docker_run(stage_image, "python", "-c", script, *dev)
-    assert proc.returncode == 0, proc.stderr
-    assert dev and proc.stdout.strip() == ""
+    dev = dev_tools()
+    found = {name: facts["versions"][name] for name in dev if name in facts["versions"]}
+    assert dev and found == {}
 
 
-def test_tensorflows_cpp_headers_stay_out_of_the_image(stage_image):
+def test_tensorflows_cpp_headers_stay_out_of_the_image(facts):
     # Headers for compiling custom ops: 13,000 files that every later build step walks.
-    # The installed package's folder, found without importing TensorFlow (seconds of CPU).
-    script = (
-        "import importlib.util, os; "
-        "print(os.listdir(importlib.util.find_spec('tensorflow').submodule_search_locations[0]))"
-    )
-    proc = docker_run(stage_image, "python", "-c", script)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    folders = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    folders = facts["tensorflow_folders"]
     assert "python" in folders and "include" not in folders
