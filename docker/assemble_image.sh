@@ -23,6 +23,7 @@
 #   BASE_IMAGE    base to build on (default nightly-trainer/base:bookworm, made by
 #                 docker/make_base_image.sh when missing)
 #   UV            the uv to install with (default .venv/bin/uv: run `make setup` first)
+#   HOST_VENV     the venv whose bytecode the image reuses where valid (default .venv)
 #   EXTRA_CA_DIR  folder of extra CA certificates uv must trust while it installs, as for
 #                 docker/build_image.sh (default /usr/local/share/ca-certificates)
 set -euo pipefail
@@ -32,6 +33,7 @@ IMAGE="${1:-${IMAGE:-nightly-trainer:latest}}"
 RECIPE_IMAGE="$IMAGE-recipe"
 export BASE_IMAGE="${BASE_IMAGE:-nightly-trainer/base:bookworm}"
 UV="${UV:-$REPO_ROOT/.venv/bin/uv}"
+HOST_VENV="${HOST_VENV:-$REPO_ROOT/.venv}"
 EXTRA_CA_DIR="${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}"
 
 die() { echo "assemble_image: $*" >&2; exit 1; }
@@ -109,13 +111,40 @@ chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} /bin/sh -eu -c '
     export SSL_CERT_FILE=/tmp/build/ca.pem
   fi
   /tmp/build/uv pip install -q --python /opt/venv/bin/python --cache-dir /tmp/uv-cache \
-    --no-deps --compile-bytecode -r /tmp/build/requirements.lock
-  rm -rf "\$(python -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")/tensorflow/include"
+    --no-deps -r /tmp/build/requirements.lock
+  python -c "import importlib.util, sys, sysconfig
+print(sysconfig.get_paths()[\"purelib\"], importlib.util.MAGIC_NUMBER.hex(), sys.implementation.cache_tag)" \
+    > /tmp/build/python.txt
+  rm -rf "\$(cut -d" " -f1 /tmp/build/python.txt)/tensorflow/include"
 '
 EOF
 # The mounts live in the namespace and end with it, however the install ends.
 unshare --mount --propagation private bash "$work/install.sh" \
   || die "installing requirements.lock into the image's files failed (see above)."
+
+# The bytecode, as the Dockerfile's `uv pip install --compile-bytecode` leaves it: each module's
+# .pyc from `make setup`'s venv where it is valid (docker/reuse_bytecode.py), the rest compiled
+# by the image's Python (all of it, in parallel, when little could be reused).
+read -r purelib magic tag < "$rootfs/tmp/build/python.txt"
+host_purelib="$("$HOST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  2>/dev/null)" || host_purelib=""
+compile=(python -m compileall -q -j 0 "$purelib")
+if [[ -d "$host_purelib" ]]; then
+  python3 "$REPO_ROOT/docker/reuse_bytecode.py" "$host_purelib" "$rootfs" "$purelib" "$magic" \
+    "$tag" "$rootfs/tmp/build/missing.txt" >&2 \
+    || die "linking $HOST_VENV's bytecode into the image's files failed (see above)."
+  if (($(wc -l <"$rootfs/tmp/build/missing.txt") <= 500)); then
+    compile=(python -m compileall -q -i /tmp/build/missing.txt)
+  fi
+fi
+cat >"$work/compile.sh" <<EOF
+set -eu
+mount -t proc proc "$rootfs/proc"
+mount --rbind /dev "$rootfs/dev"
+chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} ${compile[*]@Q}
+EOF
+unshare --mount --propagation private bash "$work/compile.sh" \
+  || die "compiling the image's bytecode failed (see above)."
 cp "$work/resolv.conf" "$rootfs/etc/resolv.conf"
 rm -rf "$rootfs/tmp/build" "$rootfs/tmp/uv-cache" "$rootfs/root/.cache"
 
