@@ -100,14 +100,25 @@ cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
 mapfile -t image_env < <(docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' \
   "$RECIPE_IMAGE" | sed '/^$/d')
 
-cat >"$work/install.sh" <<EOF
+# Runs COMMAND... in the image's files as the Dockerfile's steps run (chroot, the recipe's
+# environment) with /proc, /dev and the one more mount MOUNT (a command line, or ""), in a mount
+# namespace of its own: the mounts end with it, however the command ends.
+in_image() {  # in_image MOUNT COMMAND...
+  local mount="$1"
+  shift
+  cat >"$work/in_image.sh" <<EOF
 set -eu
-mount -t proc proc "$rootfs/proc"
-mount --rbind /dev "$rootfs/dev"
-$bind_cache
-chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} /bin/sh -eu -c '
+mount -t proc proc ${rootfs@Q}/proc
+mount --rbind /dev ${rootfs@Q}/dev
+$mount
+chroot ${rootfs@Q} env -i HOME=/root ${image_env[*]@Q} ${*@Q}
+EOF
+  unshare --mount --propagation private bash "$work/in_image.sh"
+}
+
+install='
   if ls /tmp/build/*.crt >/dev/null 2>&1; then
-    cat "\$(python -m pip._vendor.certifi)" /tmp/build/*.crt > /tmp/build/ca.pem
+    cat "$(python -m pip._vendor.certifi)" /tmp/build/*.crt > /tmp/build/ca.pem
     export SSL_CERT_FILE=/tmp/build/ca.pem
   fi
   /tmp/build/uv pip install -q --python /opt/venv/bin/python --cache-dir /tmp/uv-cache \
@@ -115,11 +126,9 @@ chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} /bin/sh -eu -c '
   python -c "import importlib.util, sys, sysconfig
 print(sysconfig.get_paths()[\"purelib\"], importlib.util.MAGIC_NUMBER.hex(), sys.implementation.cache_tag)" \
     > /tmp/build/python.txt
-  rm -rf "\$(cut -d" " -f1 /tmp/build/python.txt)/tensorflow/include"
+  rm -rf "$(cut -d" " -f1 /tmp/build/python.txt)/tensorflow/include"
 '
-EOF
-# The mounts live in the namespace and end with it, however the install ends.
-unshare --mount --propagation private bash "$work/install.sh" \
+in_image "$bind_cache" /bin/sh -eu -c "$install" \
   || die "installing requirements.lock into the image's files failed (see above)."
 
 # The bytecode, as the Dockerfile's `uv pip install --compile-bytecode` leaves it: each module's
@@ -137,14 +146,7 @@ if [[ -d "$host_purelib" ]]; then
     compile=(python -m compileall -q -i /tmp/build/missing.txt)
   fi
 fi
-cat >"$work/compile.sh" <<EOF
-set -eu
-mount -t proc proc "$rootfs/proc"
-mount --rbind /dev "$rootfs/dev"
-chroot "$rootfs" env -i HOME=/root ${image_env[*]@Q} ${compile[*]@Q}
-EOF
-unshare --mount --propagation private bash "$work/compile.sh" \
-  || die "compiling the image's bytecode failed (see above)."
+in_image "" "${compile[@]}" || die "compiling the image's bytecode failed (see above)."
 cp "$work/resolv.conf" "$rootfs/etc/resolv.conf"
 rm -rf "$rootfs/tmp/build" "$rootfs/tmp/uv-cache" "$rootfs/root/.cache"
 

@@ -94,9 +94,14 @@ def pip_for(bin_dir: Path) -> list[str]:
 
 
 def _run(installed, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`argv` with its program from the fresh venv's bin/."""
+    return _run_command(installed, [str(installed["bin"] / argv[0]), *argv[1:]])
+
+
+def _run_command(installed, command: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run(
-        [str(installed["bin"] / argv[0]), *argv[1:]],
+        command,
         capture_output=True,
         text=True,
         env=env,
@@ -106,10 +111,7 @@ def _run(installed, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_pip_check_finds_no_broken_requirement(installed):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.run(
-        [*pip_for(Path(installed["bin"])), "check"], capture_output=True, text=True, env=env
-    )
+    proc = _run_command(installed, [*pip_for(Path(installed["bin"])), "check"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No broken requirements found" in proc.stdout
 
