@@ -51,7 +51,7 @@ def installed(tmp_path_factory) -> dict[str, Path | str]:
     # No pip of its own: seeding one (ensurepip) is seconds of CPU that check nothing here.
     venv.create(env_dir, with_pip=False)
     bin_dir = env_dir / "bin"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _fresh_venv_env()
     pip = pip_for(bin_dir)
     # The project's own wheel first, alone: its build log is what setuptools says about this
     # project's metadata, apart from what it says while building a dependency's sdist.
@@ -98,20 +98,24 @@ def _run(installed, *argv: str) -> subprocess.CompletedProcess[str]:
     return _run_command(installed, [str(installed["bin"] / argv[0]), *argv[1:]])
 
 
+def _fresh_venv_env() -> dict[str, str]:
+    """This environment without what would point a program at this suite's venv or sources."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _run_command(installed, command: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run(
         command,
         capture_output=True,
         text=True,
-        env=env,
+        env=_fresh_venv_env(),
         cwd=installed["env_dir"],
         timeout=600,
     )
 
 
 def test_pip_check_finds_no_broken_requirement(installed):
-    proc = _run_command(installed, [*pip_for(Path(installed["bin"])), "check"])
+    proc = _run_command(installed, [*pip_for(installed["bin"]), "check"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No broken requirements found" in proc.stdout
 
